@@ -1,0 +1,72 @@
+#include "backend/cpu/cpu_ops.h"
+
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+
+namespace kestrel {
+
+Buffer CpuOps::alloc(DType dtype, int64_t rows, int64_t cols) { return host_buffer(dtype, rows, cols); }
+
+Buffer CpuOps::upload(const Tensor& host) {
+  Buffer b = host_buffer(host.dtype, host.rows, host.cols);
+  if (host.nbytes()) std::memcpy(b.view().data, host.data, host.nbytes());
+  return b;
+}
+
+void CpuOps::to_host(const Tensor& src, void* dst) {
+  if (src.nbytes()) std::memcpy(dst, src.data, src.nbytes());
+}
+
+void CpuOps::zero(const Tensor& t) {
+  if (t.nbytes()) std::memset(t.data, 0, t.nbytes());
+}
+
+void CpuOps::zero_rows(const Tensor& t, int64_t row) {
+  size_t row_bytes = size_t(t.cols) * dtype_size(t.dtype);
+  std::memset(static_cast<uint8_t*>(t.data) + size_t(row) * row_bytes, 0, row_bytes);
+}
+
+void CpuOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
+  cpu::embed(out, table, plan, scale);
+}
+void CpuOps::rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) { cpu::rms_norm(out, x, w, eps); }
+void CpuOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) {
+  cpu::head_rms_norm(x, w, head_dim, eps);
+}
+void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cpu::add(out, a, b); }
+void CpuOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cpu::mul_sigmoid(x, gate); }
+void CpuOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) { cpu::silu_mul(out, gate, up); }
+void CpuOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
+  cpu::gather_rows(out, x, rows);
+}
+void CpuOps::softcap(const Tensor& x, float cap) { cpu::softcap(x, cap); }
+void CpuOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cpu::matmul(out, x, w); }
+void CpuOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
+  cpu::rope(x, head_dim, rope, plan);
+}
+void CpuOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
+                       const AttentionParams& p, const StepPlan& plan) {
+  cpu::attention(out, q, k, v, cache, p, plan);
+}
+void CpuOps::conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
+                         const StepPlan& plan) {
+  cpu::conv1d_silu(x, w, state, kernel, plan);
+}
+void CpuOps::gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
+                              const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
+                              const DeltaNetConfig& cfg, const StepPlan& plan) {
+  cpu::gated_delta_rule(out, qkv, a, b, a_neg, dt_bias, state, cfg, plan);
+}
+void CpuOps::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
+  cpu::gated_rms_norm(x, z, w, head_dim, eps);
+}
+void CpuOps::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) {
+  cpu::moe_route(ids, weights, logits, top_k, norm_topk);
+}
+void CpuOps::moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                         const ExpertWeights& experts) {
+  cpu::moe_experts(out, x, ids, weights, experts);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,162 @@
+// Row-wise and elementwise ops: embedding gather, RMSNorm variants, add, gates, gather, softcap.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "core/thread_pool.h"
+
+namespace kestrel::cpu {
+namespace {
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// 1 / rms of n floats; the sum of squares in double, in index order.
+inline float inv_rms(const float* x, int64_t n, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+  return float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+}
+
+}  // namespace
+
+float load_element(const Tensor& t, int64_t row, int64_t col) {
+  int64_t i = row * t.cols + col;
+  switch (t.dtype) {
+    case DType::kF32: return t.as<const float>()[i];
+    case DType::kBF16: return bf16_to_f32(t.as<const uint16_t>()[i]);
+    case DType::kF16: return f16_to_f32(t.as<const uint16_t>()[i]);
+    default: KCHECK_MSG(false, "load_element: unsupported dtype ", dtype_name(t.dtype));
+  }
+  return 0.0f;
+}
+
+void load_row(const Tensor& t, int64_t row, float* dst) {
+  const int64_t n = t.cols;
+  switch (t.dtype) {
+    case DType::kF32: std::memcpy(dst, t.as<const float>() + row * n, size_t(n) * 4); break;
+    case DType::kBF16: {
+      const uint16_t* s = t.as<const uint16_t>() + row * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* s = t.as<const uint16_t>() + row * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      break;
+    }
+    default: KCHECK_MSG(false, "load_row: unsupported dtype ", dtype_name(t.dtype));
+  }
+}
+
+void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
+  KCHECK(out.rows == plan.n_rows() && out.cols == table.cols);
+  ThreadPool::global().parallel_for(out.rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int32_t id = plan.tokens[size_t(r)];
+      KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
+      float* dst = out.f32() + r * out.cols;
+      load_row(table, id, dst);
+      if (scale != 1.0f) {
+        for (int64_t i = 0; i < out.cols; ++i) dst[i] *= scale;
+      }
+    }
+  });
+}
+
+void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
+  KCHECK(out.rows == x.rows && out.cols == x.cols);
+  KCHECK(w.empty() || w.cols == x.cols);
+  const int64_t n = x.cols;
+  ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x.f32() + r * n;
+      float* o = out.f32() + r * n;
+      float s = inv_rms(xr, n, eps);
+      if (w.empty()) {
+        for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * s;
+      } else {
+        const float* wr = w.f32();
+        for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * s) * wr[i];
+      }
+    }
+  });
+}
+
+void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) {
+  KCHECK(x.cols % head_dim == 0);
+  KCHECK(w.empty() || w.cols == head_dim);
+  const int64_t groups = x.rows * (x.cols / head_dim);
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      float* v = x.f32() + g * head_dim;
+      float s = inv_rms(v, head_dim, eps);
+      if (w.empty()) {
+        for (int i = 0; i < head_dim; ++i) v[i] = v[i] * s;
+      } else {
+        for (int i = 0; i < head_dim; ++i) v[i] = (v[i] * s) * w.f32()[i];
+      }
+    }
+  }, 16);
+}
+
+void add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  KCHECK(a.numel() == b.numel() && out.numel() == a.numel());
+  float* o = out.f32();
+  const float* pa = a.f32();
+  const float* pb = b.f32();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) o[i] = pa[i] + pb[i];
+}
+
+void mul_sigmoid(const Tensor& x, const Tensor& gate) {
+  float* px = x.f32();
+  const float* pg = gate.f32();
+  if (gate.cols == 1 && x.cols != 1) {  // one gate per row
+    KCHECK(gate.rows == x.rows);
+    for (int64_t r = 0; r < x.rows; ++r) {
+      const float s = sigmoid(pg[r]);
+      for (int64_t c = 0; c < x.cols; ++c) px[r * x.cols + c] *= s;
+    }
+    return;
+  }
+  KCHECK(x.numel() == gate.numel());
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) px[i] *= sigmoid(pg[i]);
+}
+
+void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  KCHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
+  float* o = out.f32();
+  const float* g = gate.f32();
+  const float* u = up.f32();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = silu(g[i]) * u[i];
+}
+
+void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
+  KCHECK(out.rows == int64_t(rows.size()) && out.cols == x.cols && out.dtype == x.dtype);
+  size_t row_bytes = size_t(x.cols) * dtype_size(x.dtype);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    KCHECK(rows[i] >= 0 && rows[i] < x.rows);
+    std::memcpy(static_cast<uint8_t*>(out.data) + i * row_bytes,
+                static_cast<const uint8_t*>(x.data) + size_t(rows[i]) * row_bytes, row_bytes);
+  }
+}
+
+void softcap(const Tensor& x, float cap) {
+  float* p = x.f32();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
+void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
+  KCHECK(x.numel() == z.numel() && x.cols % head_dim == 0 && w.cols == head_dim);
+  const int64_t groups = x.rows * (x.cols / head_dim);
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      float* v = x.f32() + g * head_dim;
+      const float* zg = z.f32() + g * head_dim;
+      float s = inv_rms(v, head_dim, eps);
+      for (int i = 0; i < head_dim; ++i) v[i] = ((v[i] * s) * w.f32()[i]) * silu(zg[i]);
+    }
+  }, 16);
+}
+
+}  // namespace kestrel::cpu

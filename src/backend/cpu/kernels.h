@@ -1,0 +1,44 @@
+// The CPU reference kernels, one file per op (named like the op in ops/ops.h).
+// Plain loops, fp32 accumulation, multithreaded over the global ThreadPool with static
+// partitions over independent outputs, so every result is bit-identical whatever else shares
+// the batch and however many threads run.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace kestrel::cpu {
+
+// Reads element i of a BF16/F16/F32 row as float.
+float load_element(const Tensor& t, int64_t row, int64_t col);
+// Copies row `row` of a BF16/F16/F32 tensor into dst as floats.
+void load_row(const Tensor& t, int64_t row, float* dst);
+
+void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale);
+void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps);
+void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps);
+void add(const Tensor& out, const Tensor& a, const Tensor& b);
+void mul_sigmoid(const Tensor& x, const Tensor& gate);
+void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up);
+void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
+void softcap(const Tensor& x, float cap);
+void matmul(const Tensor& out, const Tensor& x, const Tensor& w);
+void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
+void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
+               const AttentionParams& p, const StepPlan& plan);
+void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel, const StepPlan& plan);
+void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& a_neg,
+                      const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,
+                      const StepPlan& plan);
+void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
+void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk);
+void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts);
+
+// dot(x[0..n), w-row) with the fixed accumulation order every CPU kernel uses.
+float dot_f32(const float* x, const float* w, int64_t n);
+float dot_bf16(const float* x, const uint16_t* w, int64_t n);
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,136 @@
+// matmul: out[T, N] = x[T, K] . w[N, K]^T, fp32 accumulation.
+//
+// Every output element is one dot product with the same fixed accumulation order (16 lanes in
+// two 8-wide vectors, a fixed reduction tree, then the tail), whatever T is and however the
+// rows are grouped, so a row's result never depends on the rest of the batch. Rows go through
+// in groups of 4 so each weight row loaded from memory serves 4 dot products.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/thread_pool.h"
+
+namespace kestrel::cpu {
+namespace {
+
+inline __m256 load8_bf16(const uint16_t* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load8_f32(const float* p) { return _mm256_loadu_ps(p); }
+
+inline float reduce16(__m256 a, __m256 b) {
+  __m256 s = _mm256_add_ps(a, b);
+  __m128 lo = _mm256_castps256_ps128(s), hi = _mm256_extractf128_ps(s, 1);
+  __m128 q = _mm_add_ps(lo, hi);
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+  return _mm_cvtss_f32(q);
+}
+
+template <typename W>
+inline __m256 load8(const W* p);
+template <>
+inline __m256 load8<uint16_t>(const uint16_t* p) { return load8_bf16(p); }
+template <>
+inline __m256 load8<float>(const float* p) { return load8_f32(p); }
+
+struct F16Tag {};
+
+inline float scalar_w(const uint16_t* w, int64_t i, bool f16) { return f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]); }
+
+// R rows of x against one weight row. Identical per-row arithmetic for every R.
+template <int R, typename W, bool kF16 = false>
+inline void dot_rows(const float* const* x, const W* w, int64_t n, float* out) {
+  __m256 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 w0, w1;
+    if constexpr (kF16) {
+      w0 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i);
+      w1 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i + 8);
+    } else {
+      w0 = load8<W>(w + i);
+      w1 = load8<W>(w + i + 8);
+    }
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i), w0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i + 8), w1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float tail = 0.0f;
+    for (int64_t j = i; j < n; ++j) {
+      float wv;
+      if constexpr (kF16) wv = f16_to_f32(reinterpret_cast<const uint16_t*>(w)[j]);
+      else if constexpr (std::is_same_v<W, uint16_t>) wv = bf16_to_f32(w[j]);
+      else wv = w[j];
+      tail += x[r][j] * wv;
+    }
+    out[r] = reduce16(acc0[r], acc1[r]) + tail;
+  }
+}
+
+template <typename W, bool kF16 = false>
+void matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
+  const int64_t T = x.rows, K = x.cols, N = w.rows;
+  const float* xs = x.f32();
+  float* os = out.f32();
+  const W* ws = static_cast<const W*>(w.data);
+  // Columns are split across threads; each thread walks all rows for its columns.
+  ThreadPool::global().parallel_for(N, [&](int64_t n0, int64_t n1) {
+    for (int64_t t = 0; t < T; t += 4) {
+      int R = int(std::min<int64_t>(4, T - t));
+      const float* rows[4] = {xs + t * K, xs + std::min(t + 1, T - 1) * K, xs + std::min(t + 2, T - 1) * K,
+                              xs + std::min(t + 3, T - 1) * K};
+      for (int64_t n = n0; n < n1; ++n) {
+        float res[4] = {0, 0, 0, 0};
+        const W* wr = ws + n * K;
+        switch (R) {
+          case 4: dot_rows<4, W, kF16>(rows, wr, K, res); break;
+          case 3: dot_rows<3, W, kF16>(rows, wr, K, res); break;
+          case 2: dot_rows<2, W, kF16>(rows, wr, K, res); break;
+          default: dot_rows<1, W, kF16>(rows, wr, K, res); break;
+        }
+        for (int r = 0; r < R; ++r) os[(t + r) * N + n] = res[r];
+      }
+    }
+  }, 8);
+}
+
+}  // namespace
+
+float dot_f32(const float* x, const float* w, int64_t n) {
+  float r;
+  const float* rows[1] = {x};
+  dot_rows<1, float>(rows, w, n, &r);
+  return r;
+}
+
+float dot_bf16(const float* x, const uint16_t* w, int64_t n) {
+  float r;
+  const float* rows[1] = {x};
+  dot_rows<1, uint16_t>(rows, w, n, &r);
+  return r;
+}
+
+void matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
+  KCHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32);
+  KCHECK_MSG(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shapes: x [", x.rows, ",", x.cols,
+             "] w [", w.rows, ",", w.cols, "] out [", out.rows, ",", out.cols, "]");
+  if (x.rows == 0) return;
+  switch (w.dtype) {
+    case DType::kBF16: matmul_impl<uint16_t>(out, x, w); break;
+    case DType::kF16: matmul_impl<uint16_t, true>(out, x, w); break;
+    case DType::kF32: matmul_impl<float>(out, x, w); break;
+    default: KCHECK_MSG(false, "matmul: unsupported weight dtype ", dtype_name(w.dtype));
+  }
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,86 @@
+// moe_route / moe_experts: softmax top-k routing and the routed SwiGLU experts.
+// Each (token, rank) pair is computed on its own and the ranks are summed in order, so a
+// token's output never depends on which other tokens share the batch.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/thread_pool.h"
+
+namespace kestrel::cpu {
+
+void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) {
+  const int64_t T = logits.rows, E = logits.cols;
+  KCHECK(ids.dtype == DType::kI32 && ids.rows == T && ids.cols == top_k && weights.cols == top_k);
+  std::vector<double> prob(static_cast<size_t>(E));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits.f32() + t * E;
+    float mx = *std::max_element(l, l + E);
+    double sum = 0.0;
+    for (int64_t e = 0; e < E; ++e) sum += prob[size_t(e)] = std::exp(double(l[e]) - double(mx));
+    for (auto& p : prob) p /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    // highest probability first; ties to the lower expert index
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t x, int32_t y) {
+      return prob[size_t(x)] != prob[size_t(y)] ? prob[size_t(x)] > prob[size_t(y)] : x < y;
+    });
+    double denom = 0.0;
+    for (int j = 0; j < top_k; ++j) denom += prob[size_t(order[size_t(j)])];
+    for (int j = 0; j < top_k; ++j) {
+      ids.as<int32_t>()[t * top_k + j] = order[size_t(j)];
+      double w = prob[size_t(order[size_t(j)])];
+      weights.f32()[t * top_k + j] = float(norm_topk ? w / denom : w);
+    }
+  }
+}
+
+void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts) {
+  const int64_t T = x.rows, H = x.cols;
+  const int k = int(ids.cols);
+  const int64_t E = int64_t(experts.gate.size());
+  KCHECK(out.rows == T && out.cols == H && E > 0);
+  const int64_t F = experts.gate[0].rows;
+  // Group (token, rank) pairs by expert so each expert's weights stream once per step.
+  std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));  // entries: t * k + j
+  for (int64_t t = 0; t < T; ++t) {
+    for (int j = 0; j < k; ++j) {
+      int32_t e = ids.as<int32_t>()[t * k + j];
+      KCHECK(e >= 0 && e < E);
+      by_expert[size_t(e)].push_back(t * k + j);
+    }
+  }
+  std::vector<float> partial(size_t(T * k * H), 0.0f);  // [T, k, H]
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& pairs = by_expert[size_t(e)];
+    if (pairs.empty()) continue;
+    const int64_t n = int64_t(pairs.size());
+    Buffer xs = host_buffer(DType::kF32, n, H);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(x.f32() + (pairs[size_t(i)] / k) * H, H, xs.view().f32() + i * H);
+    Buffer g = host_buffer(DType::kF32, n, F), u = host_buffer(DType::kF32, n, F), y = host_buffer(DType::kF32, n, H);
+    matmul(g, xs, experts.gate[size_t(e)]);
+    matmul(u, xs, experts.up[size_t(e)]);
+    silu_mul(g, g, u);
+    matmul(y, g, experts.down[size_t(e)]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = weights.f32()[pairs[size_t(i)]];
+      float* dst = partial.data() + pairs[size_t(i)] * H;
+      const float* src = y.view().f32() + i * H;
+      for (int64_t c = 0; c < H; ++c) dst[c] = w * src[c];
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out.f32() + t * H;
+    for (int64_t c = 0; c < H; ++c) o[c] = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const float* p = partial.data() + (t * k + j) * H;
+      for (int64_t c = 0; c < H; ++c) o[c] += p[c];
+    }
+  }
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,45 @@
+// rope: rotary position embedding, rotate-half (NEOX) pairing over the leading rotary_dim dims
+// of every head. Angles are formed in fp32 (position x inverse frequency), as transformers does.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/thread_pool.h"
+
+namespace kestrel::cpu {
+
+void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& plan) {
+  const int rot = cfg.rotary_dim;
+  if (rot == 0) return;
+  KCHECK(rot % 2 == 0 && rot <= head_dim && x.cols % head_dim == 0);
+  KCHECK(x.rows == plan.n_rows());
+  const int half = rot / 2;
+  const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; ++i) {
+    float exponent = float(2 * i) / float(freq_dim);
+    inv_freq[i] = float(1.0 / std::pow(cfg.theta, double(exponent)));
+  }
+  const int64_t n_heads = x.cols / head_dim;
+  ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> cs(half), sn(half);
+    for (int64_t r = r0; r < r1; ++r) {
+      float pos = float(plan.positions[size_t(r)]);
+      for (int i = 0; i < half; ++i) {
+        float angle = pos * inv_freq[i];
+        cs[i] = float(std::cos(double(angle)));
+        sn[i] = float(std::sin(double(angle)));
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x.f32() + r * x.cols + h * head_dim;
+        for (int i = 0; i < half; ++i) {
+          float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,81 @@
+#include "model/layers/blocks.h"
+
+namespace kestrel {
+
+void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
+                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y) {
+  const int64_t T = x.rows;
+  const int hd = cfg.head_dim;
+  Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
+  Tensor k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+  Tensor v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+  ops.matmul(q, x, w.q);
+  ops.matmul(k, x, w.k);
+  ops.matmul(v, x, w.v);
+  if (!w.q_norm.empty()) ops.head_rms_norm(q, w.q_norm, hd, eps);
+  if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
+  ops.rope(q, hd, cfg.rope, plan);
+  ops.rope(k, hd, cfg.rope, plan);
+  Tensor o = ws.take(T, q.cols);
+  ops.attention(o, q, k, v, cache,
+                {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
+                 .window = window},
+                plan);
+  if (!w.gate.empty()) {
+    Tensor gate = ws.take(T, q.cols);
+    ops.matmul(gate, x, w.gate);
+    ops.mul_sigmoid(o, gate);
+  }
+  ops.matmul(y, o, w.o);
+}
+
+void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
+                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y) {
+  const int64_t T = x.rows;
+  const int64_t v_width = int64_t(cfg.n_v_heads) * cfg.v_head_dim;
+  Tensor qkv = ws.take(T, cfg.conv_dim());
+  Tensor z = ws.take(T, v_width);
+  Tensor b = ws.take(T, cfg.n_v_heads);
+  Tensor a = ws.take(T, cfg.n_v_heads);
+  ops.matmul(qkv, x, w.qkv);
+  ops.matmul(z, x, w.z);
+  ops.matmul(b, x, w.b);
+  ops.matmul(a, x, w.a);
+  ops.conv1d_silu(qkv, w.conv, state, cfg.conv_kernel, plan);
+  Tensor o = ws.take(T, v_width);
+  ops.gated_delta_rule(o, qkv, a, b, w.a_neg, w.dt_bias, state, cfg, plan);
+  ops.gated_rms_norm(o, z, w.norm, cfg.v_head_dim, eps);
+  ops.matmul(y, o, w.out);
+}
+
+void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y) {
+  const int64_t T = x.rows, F = w.gate.rows;
+  Tensor g = ws.take(T, F);
+  Tensor u = ws.take(T, F);
+  ops.matmul(g, x, w.gate);
+  ops.matmul(u, x, w.up);
+  ops.silu_mul(g, g, u);
+  ops.matmul(y, g, w.down);
+}
+
+void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y) {
+  const int64_t T = x.rows;
+  Tensor logits = ws.take(T, cfg.n_experts);
+  ops.matmul(logits, x, w.router);
+  Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
+  Tensor weights = ws.take(T, cfg.top_k);
+  ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
+  ops.moe_experts(y, x, ids, weights, w.experts);
+  if (!w.shared.gate.empty()) {
+    Tensor s = ws.take(T, x.cols);
+    mlp_block(ops, ws, w.shared, x, s);
+    if (!w.shared_gate.empty()) {
+      Tensor sg = ws.take(T, 1);
+      ops.matmul(sg, x, w.shared_gate);
+      ops.mul_sigmoid(s, sg);
+    }
+    ops.add(y, y, s);
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,56 @@
+// The shared blocks of every architecture: each is the weights of one sub-layer and the short
+// list of ops that runs it. An architecture's forward pass is a sequence of these.
+#pragma once
+
+#include "cache/model_cache.h"
+#include "model/config.h"
+#include "model/workspace.h"
+#include "ops/ops.h"
+
+namespace kestrel {
+
+// Softmax attention. Gated attention (Qwen3-Next / 3.5) has `gate`; q/k norms are optional.
+struct AttentionWeights {
+  Tensor q;       // [n_heads * head_dim, H]
+  Tensor gate;    // [n_heads * head_dim, H] or empty
+  Tensor k, v;    // [n_kv_heads * head_dim, H]
+  Tensor o;       // [H, n_heads * head_dim]
+  Tensor q_norm;  // F32 [1, head_dim] or empty
+  Tensor k_norm;  // F32 [1, head_dim] or empty
+};
+
+// Gated DeltaNet in the canonical layout (Qwen3.5's; Qwen3-Next's fused projections are split
+// into it at load).
+struct DeltaNetWeights {
+  Tensor qkv;      // [conv_dim, H]: q (n_k * dk) | k (n_k * dk) | v (n_v * dv)
+  Tensor z;        // [n_v * dv, H]
+  Tensor b, a;     // [n_v, H]
+  Tensor conv;     // F32 [conv_dim, kernel]
+  Tensor a_neg;    // F32 [1, n_v] = -exp(A_log)
+  Tensor dt_bias;  // F32 [1, n_v]
+  Tensor norm;     // F32 [1, dv]
+  Tensor out;      // [H, n_v * dv]
+};
+
+// SwiGLU MLP: down(silu(gate x) * up x).
+struct MlpWeights {
+  Tensor gate, up;  // [F, H]
+  Tensor down;      // [H, F]
+};
+
+struct MoeWeights {
+  Tensor router;          // [E, H]
+  ExpertWeights experts;  // E x (gate, up, down)
+  MlpWeights shared;      // shared expert; empty tensors when the model has none
+  Tensor shared_gate;     // [1, H] or empty
+};
+
+// y [T, H] = attention(x [T, H]) for one layer.
+void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
+                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y);
+void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
+                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y);
+void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y);
+void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y);
+
+}  // namespace kestrel

@@ -1,0 +1,45 @@
+// Model: a loaded checkpoint on one backend, and the forward pass over a StepPlan.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/model_cache.h"
+#include "model/config.h"
+#include "model/workspace.h"
+#include "ops/ops.h"
+
+namespace kestrel {
+
+// Optional host copies of the hidden state after each layer (index 0: the embedding output),
+// for checking against a reference. Each entry is [T, H] row-major.
+struct HiddenCapture {
+  std::vector<std::vector<float>> layers;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return cfg_; }
+  Ops& ops() const { return ops_; }
+
+  // One step over a batch: writes logits [plan.logit_rows.size(), vocab] (F32, backend memory).
+  virtual void forward(const StepPlan& plan, ModelCache& cache, const Tensor& logits,
+                       HiddenCapture* capture = nullptr) = 0;
+
+  uint64_t parameter_count() const { return n_params_; }
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+ protected:
+  Model(ModelConfig cfg, Ops& ops) : cfg_(std::move(cfg)), ops_(ops), ws_(ops) {}
+  void capture_hidden(HiddenCapture* capture, const Tensor& x);
+
+  ModelConfig cfg_;
+  Ops& ops_;
+  Workspace ws_;
+  uint64_t n_params_ = 0;
+  uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace kestrel

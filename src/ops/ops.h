@@ -1,0 +1,118 @@
+// Ops: the backend-neutral operations a forward pass may call.
+//
+// The architectures (src/model/arch/) express their forward passes in these ops only; each
+// backend (src/backend/cpu, src/backend/cuda) implements all of them, with one file per op
+// named like the op. Shapes are in the comments: T = rows of the step (flattened new tokens of
+// every sequence), H = hidden size. Unless noted, activations are F32 and weights are BF16, F16
+// or F32 matrices [out, in]. An op may write its output over an input only where it says so.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "ops/step_plan.h"
+#include "ops/tensor.h"
+
+namespace kestrel {
+
+// One attention layer's slice of the paged KV cache.
+struct KvLayerView {
+  Tensor k;  // [n_blocks * block_size, n_kv_heads * head_dim]
+  Tensor v;  // same; may alias k's storage layout but not its memory
+};
+
+// One linear-attention layer's recurrent state, one row per slot.
+struct StateLayerView {
+  Tensor conv;  // [n_slots, conv_dim * (conv_kernel - 1)]: last inputs, oldest first, per channel
+  Tensor ssm;   // [n_slots, n_v_heads * k_head_dim * v_head_dim]: S[h][dk][dv]
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  int window = 0;  // > 0: attend to the last `window` positions only (sliding window)
+};
+
+// The routed experts of one MoE layer. Expert e's matrices: gate [F, H], up [F, H], down [H, F].
+struct ExpertWeights {
+  std::vector<Tensor> gate, up, down;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+  virtual const char* name() const = 0;
+
+  // ---- memory ----
+  virtual Buffer alloc(DType dtype, int64_t rows, int64_t cols) = 0;  // zero-filled
+  virtual Buffer upload(const Tensor& host) = 0;                        // copy of a host tensor
+  virtual void to_host(const Tensor& src, void* dst) = 0;               // blocking copy
+  virtual void zero(const Tensor& t) = 0;
+  virtual void zero_rows(const Tensor& t, int64_t row) = 0;             // t[row, :] = 0
+
+  // ---- step ----
+  // Called once before the layers of a step run: the backend takes what it needs of the plan.
+  virtual void begin_step(const StepPlan& plan) = 0;
+
+  // ---- elementwise and normalization ----
+  // out[T, H] = table[tokens[t], :] (table BF16/F16/F32 [V, H]), times `scale`.
+  virtual void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) = 0;
+  // out = x / rms(x) * w per row; w: F32 [1, cols] or empty (no weight). out may be x.
+  virtual void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) = 0;
+  // RMSNorm of each head_dim group of x [T, n * head_dim] in place; w F32 [1, head_dim] or empty.
+  virtual void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) = 0;
+  // out = a + b (out may be a or b).
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // x *= sigmoid(gate): gate the same shape as x, or [T, 1] (one gate per row).
+  virtual void mul_sigmoid(const Tensor& x, const Tensor& gate) = 0;
+  // out[T, F] = silu(gate) * up.
+  virtual void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // out[R, C] = x[rows[r], :]
+  virtual void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) = 0;
+  // x = cap * tanh(x / cap)
+  virtual void softcap(const Tensor& x, float cap) = 0;
+
+  // ---- matrix products ----
+  // out[T, N] = x[T, K] . w[N, K]^T
+  virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
+
+  // ---- attention ----
+  // Rotates the first rope.rotary_dim dims of each head of x [T, n_heads * head_dim] in place
+  // (rotate-half pairing: i with i + rotary_dim/2) at the plan's positions.
+  virtual void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) = 0;
+  // Writes k, v [T, n_kv * head_dim] into the cache at the plan's positions, then
+  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's cache.
+  virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) = 0;
+
+  // ---- Gated DeltaNet ----
+  // Depthwise causal conv over time, per channel, continuing each sequence's conv state, then
+  // SiLU; x [T, C] in place; w F32 [C, K]. The state keeps the last K-1 inputs.
+  virtual void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
+                           const StepPlan& plan) = 0;
+  // The gated delta rule. qkv [T, conv_dim] (q | k | v after the conv), a, b [T, n_v_heads]
+  // (raw projections), a_neg [1, n_v] = -exp(A_log), dt_bias [1, n_v]; out [T, n_v * dv].
+  // q, k are L2-normalized; beta = sigmoid(b); g = a_neg * softplus(a + dt_bias).
+  // Prefill runs the chunked (WY) form on chunks aligned to multiples of 64 positions; single
+  // tokens run the recurrent form.
+  virtual void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
+                                const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
+                                const DeltaNetConfig& cfg, const StepPlan& plan) = 0;
+  // x [T, n * d] = rmsnorm(x per d-group) * w[d] * silu(z), in place.
+  virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) = 0;
+
+  // ---- mixture of experts ----
+  // logits [T, E] -> ids I32 [T, k], weights F32 [T, k] (softmax over all experts, top-k,
+  // renormalized when norm_topk).
+  virtual void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
+                         bool norm_topk) = 0;
+  // out[T, H] = sum_j weights[t, j] * down_e(silu(gate_e x) * up_e x), e = ids[t, j], summed in j order.
+  virtual void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const ExpertWeights& experts) = 0;
+};
+
+}  // namespace kestrel

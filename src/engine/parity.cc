@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "engine/runner.h"
@@ -94,12 +92,6 @@ ParityReport run_parity(Model& model, const std::string& reference_path, const P
     const auto& logits = runner.step({{.seq = &seq, .tokens = ids, .all_logits = true}}, want_hidden ? &capture : nullptr);
     pp.max_abs_err = max_abs_diff(logits.data(), ref_logits, size_t(T * V));
     pp.rel_err = pp.max_abs_err / std::max(rms(ref_logits, size_t(T * V)), 1e-30);
-    if (std::getenv("KESTREL_PARITY_DEBUG")) {
-      for (int64_t t = 0; t < T; ++t) {
-        double e = max_abs_diff(logits.data() + t * V, ref_logits + t * V, size_t(V));
-        if (e > 1e-4) std::fprintf(stderr, "prompt %d token %ld logit err %.3e\n", p, long(t), e);
-      }
-    }
 
     if (want_hidden) {
       pp.hidden_rel_err = 0;
@@ -110,12 +102,6 @@ ParityReport run_parity(Model& model, const std::string& reference_path, const P
         const float* rh = reinterpret_cast<const float*>(it->second.data);
         double err = max_abs_diff(capture.layers[L].data(), rh, size_t(T * H)) / std::max(rms(rh, size_t(T * H)), 1e-30);
         pp.hidden_rel_err = std::max(pp.hidden_rel_err, err);
-        if (std::getenv("KESTREL_PARITY_DEBUG")) {
-          for (int64_t t = 0; t < T; t += std::max<int64_t>(1, T / 8)) {
-            double e = max_abs_diff(capture.layers[L].data() + t * H, rh + t * H, size_t(H)) / std::max(rms(rh, size_t(T * H)), 1e-30);
-            std::fprintf(stderr, "prompt %d layer %zu token %ld rel %.3e\n", p, L, long(t), e);
-          }
-        }
       }
     }
 

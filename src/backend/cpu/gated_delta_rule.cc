@@ -208,6 +208,9 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
         } else {
           chunk_step(S, sc, L, dk, dv, o, dv);
         }
+        // The state is rounded to its stored precision after every piece of the grid, so a
+        // prefill split on the grid computes exactly what one pass computes.
+        for (int i = 0; i < dk * dv; ++i) S[i] = acc_t(float(S[i]));
         for (int i = 0; i < L; ++i) {
           float* dst = out.f32() + int64_t(s.row_begin + t + i) * out.cols + int64_t(h) * dv;
           for (int e = 0; e < dv; ++e) dst[e] = float(o[i * dv + e]);

@@ -1,0 +1,30 @@
+// Helpers for tests that run fixture models: load one on the CPU, read its reference prompts.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "io/safetensors.h"
+#include "model/loader.h"
+#include "support/paths.h"
+
+namespace kestrel::test {
+
+struct FixtureModel {
+  CpuOps ops;
+  LoadedModel lm;
+  explicit FixtureModel(const std::string& family) : lm(load_model(data_path("fixtures/" + family), ops)) {}
+  Model& model() { return *lm.model; }
+};
+
+// Prompt p's token ids from the family's reference.safetensors.
+inline std::vector<int32_t> reference_prompt(const std::string& family, int p) {
+  SafetensorsFile ref = SafetensorsFile::open(data_path("fixtures/" + family + "/reference.safetensors"));
+  const TensorInfo& t = ref.tensors().at("p" + std::to_string(p) + ".ids");
+  const int32_t* ids = reinterpret_cast<const int32_t*>(t.data);
+  return std::vector<int32_t>(ids, ids + t.numel());
+}
+
+}  // namespace kestrel::test

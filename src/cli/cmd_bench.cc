@@ -1,0 +1,210 @@
+// kestrel bench: prompt-processing and token-generation speed, in the spirit of llama-bench.
+//
+// pp: one sequence prefills P tokens (in --chunk sized steps). tg: B sequences at context depth
+// D decode N tokens each, one token per sequence per step. Each test repeats -r times; the
+// table shows the median and the spread, the bytes each token must stream (weights, plus the KV
+// and recurrent state it reads), the bandwidth that implies, and that as a fraction of the
+// machine's measured copy bandwidth — the roofline of a memory-bound decode.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cli/backend_select.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+#include "engine/runner.h"
+#include "model/loader.h"
+
+namespace kestrel::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// Host copy bandwidth (bytes read + written per second), best of a few 256 MiB copies.
+double measure_copy_bandwidth() {
+  const size_t n = size_t(256) << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto t = clock_type::now();
+    ThreadPool::global().parallel_for(int64_t(n / 4096), [&](int64_t p0, int64_t p1) {
+      std::memcpy(b.data() + p0 * 4096, a.data() + p0 * 4096, size_t(p1 - p0) * 4096);
+    });
+    best = std::max(best, 2.0 * double(n) / seconds_since(t));
+  }
+  return best;
+}
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+
+Stats summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> d(0, int32_t(vocab - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+int bench_cmd(const Args& args) {
+  const std::string dir = args.require("model");
+  if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
+  const auto pps = parse_int_list(args.get("p", "512"), "-p");
+  const auto ns = parse_int_list(args.get("n", "128"), "-n");
+  const auto batches = parse_int_list(args.get("b", "1"), "-b");
+  const auto depths = parse_int_list(args.get("d", "0"), "-d");
+  const int reps = int(args.get_int("r", 3, 1, 1000));
+  const int chunk = int(args.get_int("chunk", 512, 1, 1 << 20));
+  auto check_list = [](const std::vector<int64_t>& v, const char* flag, int64_t lo, int64_t hi) {
+    for (int64_t x : v) {
+      if (x < lo || x > hi) bad_input("option ", flag, ": ", x, " is out of range [", lo, ", ", hi, "]");
+    }
+  };
+  check_list(pps, "-p", 0, 1 << 20);
+  check_list(ns, "-n", 0, 1 << 20);
+  check_list(batches, "-b", 1, 4096);
+  check_list(depths, "-d", 0, 1 << 20);
+
+  auto ops = make_backend(args.get("device", "cpu"));
+  LoadedModel lm = load_model(dir, *ops);
+  const ModelConfig& cfg = lm.config();
+  const double copy_bw = measure_copy_bandwidth();
+  const CacheCosts costs = cache_costs(cfg, 16);
+  std::mt19937 rng(1234);
+
+  nlohmann::json results = nlohmann::json::array();
+  std::printf("model: %s (%s, %s params, %s of weights), device %s, %d threads\n", dir.c_str(), cfg.model_type.c_str(),
+              human_count(double(lm.model->parameter_count())).c_str(), human_bytes(double(lm.model->weight_bytes())).c_str(),
+              ops->name(), ThreadPool::global().size());
+  std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n\n", copy_bw / 1e9);
+  std::printf("%-14s %6s %12s %12s %12s %10s %9s\n", "test", "batch", "t/s", "min t/s", "max t/s", "GB/s", "roofline");
+
+  auto report = [&](const std::string& test, int64_t batch, int64_t depth, std::vector<double> tps, double bytes_per_step,
+                    double steps_per_sec_factor) {
+    Stats s = summarize(tps);
+    // bandwidth: bytes streamed per step x steps per second
+    const double steps_per_sec = s.median / steps_per_sec_factor;
+    const double bw = bytes_per_step * steps_per_sec;
+    std::printf("%-14s %6ld %12.2f %12.2f %12.2f %10.2f %8.1f%%\n", test.c_str(), long(batch), s.median, s.min, s.max,
+                bw / 1e9, 100.0 * bw / copy_bw);
+    results.push_back({{"test", test}, {"batch", batch}, {"depth", depth}, {"tokens_per_s_median", s.median},
+                       {"tokens_per_s_min", s.min}, {"tokens_per_s_max", s.max}, {"bytes_per_step", bytes_per_step},
+                       {"achieved_GBps", bw / 1e9}, {"roofline_fraction", bw / copy_bw}, {"reps", reps}});
+  };
+
+  for (int64_t P : pps) {
+    if (P == 0) continue;
+    std::vector<double> tps;
+    for (int r = 0; r < reps + 1; ++r) {  // the first run warms up
+      Runner runner(*lm.model, cpu_cache_sizing(cfg, 1, P));
+      SequenceState seq;
+      runner.start(seq);
+      auto prompt = random_tokens(P, cfg.vocab_size, rng);
+      auto t = clock_type::now();
+      for (int64_t b = 0; b < P; b += chunk) {
+        const int64_t n = std::min<int64_t>(chunk, P - b);
+        runner.step({{.seq = &seq, .tokens = std::span<const int32_t>(prompt.data() + b, size_t(n)),
+                      .no_logits = b + n < P}});
+      }
+      if (r > 0) tps.push_back(double(P) / seconds_since(t));
+    }
+    // prefill streams the weights once per chunk
+    const double steps = double((P + chunk - 1) / chunk);
+    report("pp" + std::to_string(P), 1, 0, tps, double(lm.model->weight_bytes()), double(P) / steps);
+  }
+  for (int64_t N : ns) {
+    if (N == 0) continue;
+    for (int64_t B : batches) {
+      for (int64_t D : depths) {
+        std::vector<double> tps;
+        for (int r = 0; r < reps + 1; ++r) {
+          Runner runner(*lm.model, cpu_cache_sizing(cfg, int32_t(B), D + N + 1));
+          std::vector<SequenceState> seqs(static_cast<size_t>(B));
+          std::vector<std::vector<int32_t>> last(static_cast<size_t>(B));
+          for (auto& s : seqs) runner.start(s);
+          if (D > 0) {
+            for (int64_t b = 0; b < B; ++b) {
+              auto ctx = random_tokens(D, cfg.vocab_size, rng);
+              for (int64_t c = 0; c < D; c += chunk) {
+                const int64_t n = std::min<int64_t>(chunk, D - c);
+                runner.step({{.seq = &seqs[size_t(b)], .tokens = std::span<const int32_t>(ctx.data() + c, size_t(n)),
+                              .no_logits = true}});
+              }
+            }
+          }
+          for (auto& l : last) l = random_tokens(1, cfg.vocab_size, rng);
+          auto t = clock_type::now();
+          for (int64_t i = 0; i < N; ++i) {
+            std::vector<StepItem> items;
+            for (int64_t b = 0; b < B; ++b) items.push_back({.seq = &seqs[size_t(b)], .tokens = last[size_t(b)]});
+            const auto& logits = runner.step(items);
+            for (int64_t b = 0; b < B; ++b) {  // greedy, so the next token depends on the logits
+              const float* row = logits.data() + b * cfg.vocab_size;
+              last[size_t(b)][0] = int32_t(std::max_element(row, row + cfg.vocab_size) - row);
+            }
+          }
+          if (r > 0) tps.push_back(double(N * B) / seconds_since(t));
+        }
+        // per step: all weights once, plus each sequence's KV (depth + N/2 on average) and state
+        const double kv = double(costs.bytes_per_block) / 16.0 * double(D + N / 2) * double(B);
+        const double state = 2.0 * double(costs.bytes_per_slot) * double(B);
+        const std::string name = "tg" + std::to_string(N) + (D ? "@d" + std::to_string(D) : "");
+        report(name, B, D, tps, double(lm.model->weight_bytes()) + kv + state, double(B));
+      }
+    }
+  }
+
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  nlohmann::json doc = {{"model", dir}, {"model_type", cfg.model_type}, {"device", ops->name()},
+                        {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
+                        {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},
+                        {"date", date}, {"command", args.get("command-line", "")}, {"results", results}};
+  const std::string out = args.get("json", "");
+  if (!out.empty()) {
+    write_file_atomic(out, doc.dump(1) + "\n");
+    std::printf("\nwrote %s\n", out.c_str());
+  }
+  return 0;
+}
+
+const Registrar kReg{{
+    .name = "bench",
+    .summary = "measure prompt processing and token generation speed",
+    .usage = "kestrel bench -m DIR [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--json FILE]",
+    .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
+               "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
+               "achieved memory bandwidth (weights + KV + recurrent state per step) against the measured\n"
+               "copy bandwidth of the device.",
+    .options = {{"model", "m", "DIR", "model directory"},
+                {"p", "p", "LIST", "prompt lengths for pp tests (0 = none)", "512"},
+                {"n", "n", "LIST", "tokens per tg test (0 = none)", "128"},
+                {"b", "b", "LIST", "batch sizes (sequences decoding together)", "1"},
+                {"d", "d", "LIST", "context depths for tg tests", "0"},
+                {"r", "r", "N", "repetitions", "3"},
+                {"chunk", "", "N", "prefill tokens per step", "512"},
+                {"json", "", "FILE", "also write the results as JSON"},
+                {"command-line", "", "TEXT", "command recorded in the JSON"},
+                {"threads", "t", "N", "CPU threads", "all cores"},
+                {"device", "", "cpu|cuda", "backend", "cpu"}},
+    .run = bench_cmd,
+}};
+
+}  // namespace
+}  // namespace kestrel::cli

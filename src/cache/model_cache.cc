@@ -43,6 +43,7 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
   }
   // Hand out low ids first: pop_back from a descending list.
   for (int32_t b = sizing.n_blocks - 1; b >= 0; --b) free_blocks_.push_back(b);
+  refs_.assign(size_t(sizing.n_blocks), 0);
   if (has_state_) {
     for (int32_t s = sizing.n_slots - 1; s >= 0; --s) free_slots_.push_back(s);
   }
@@ -54,20 +55,36 @@ StateLayerView ModelCache::state(int layer) const {
   return {conv_[size_t(layer)].view(), ssm_[size_t(layer)].view()};
 }
 
+int32_t ModelCache::free_blocks() const {
+  return int32_t(free_blocks_.size()) + (hooks_.evictable ? hooks_.evictable() : 0);
+}
+
 bool ModelCache::reserve(std::vector<int32_t>& table, int64_t n_positions) {
   const int64_t need = (n_positions + sizing_.block_size - 1) / sizing_.block_size;
   const int64_t extra = need - int64_t(table.size());
   if (extra <= 0) return true;
-  if (extra > int64_t(free_blocks_.size())) return false;
+  if (extra > int64_t(free_blocks())) return false;
   for (int64_t i = 0; i < extra; ++i) {
-    table.push_back(free_blocks_.back());
-    free_blocks_.pop_back();
+    int32_t b;
+    if (!free_blocks_.empty()) {
+      b = free_blocks_.back();
+      free_blocks_.pop_back();
+    } else {
+      b = hooks_.evict();
+      KCHECK(b >= 0);
+    }
+    refs_[size_t(b)] = 1;
+    table.push_back(b);
   }
   return true;
 }
 
 void ModelCache::release(std::vector<int32_t>& table) {
-  for (auto it = table.rbegin(); it != table.rend(); ++it) free_blocks_.push_back(*it);
+  for (auto it = table.rbegin(); it != table.rend(); ++it) {
+    const int32_t b = *it;
+    KCHECK(refs_[size_t(b)] > 0);
+    if (--refs_[size_t(b)] == 0 && !(hooks_.keep && hooks_.keep(b))) free_blocks_.push_back(b);
+  }
   table.clear();
 }
 
@@ -81,6 +98,13 @@ int32_t ModelCache::acquire_slot() {
 
 void ModelCache::release_slot(int32_t slot) {
   if (slot >= 0) free_slots_.push_back(slot);
+}
+
+void ModelCache::copy_slot(int32_t dst, int32_t src) {
+  for (size_t l = 0; l < conv_.size(); ++l) {
+    if (!conv_[l].empty()) ops_.copy_rows(conv_[l], dst, conv_[l], src, 1);
+    if (!ssm_[l].empty()) ops_.copy_rows(ssm_[l], dst, ssm_[l], src, 1);
+  }
 }
 
 void ModelCache::reset_slot(int32_t slot) {

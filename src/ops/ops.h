@@ -53,6 +53,8 @@ class Ops {
   virtual void to_host(const Tensor& src, void* dst) = 0;               // blocking copy
   virtual void zero(const Tensor& t) = 0;
   virtual void zero_rows(const Tensor& t, int64_t row) = 0;             // t[row, :] = 0
+  // dst[dst_row + i, :] = src[src_row + i, :] for i < n (same cols and dtype; may be one tensor).
+  virtual void copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) = 0;
 
   // ---- step ----
   // Called once before the layers of a step run: the backend takes what it needs of the plan.

@@ -27,6 +27,13 @@ void CpuOps::zero_rows(const Tensor& t, int64_t row) {
   std::memset(static_cast<uint8_t*>(t.data) + size_t(row) * row_bytes, 0, row_bytes);
 }
 
+void CpuOps::copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) {
+  KCHECK(dst.cols == src.cols && dst.dtype == src.dtype && dst_row + n <= dst.rows && src_row + n <= src.rows);
+  const size_t row_bytes = size_t(dst.cols) * dtype_size(dst.dtype);
+  std::memmove(static_cast<uint8_t*>(dst.data) + size_t(dst_row) * row_bytes,
+               static_cast<const uint8_t*>(src.data) + size_t(src_row) * row_bytes, size_t(n) * row_bytes);
+}
+
 void CpuOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
   cpu::embed(out, table, plan, scale);
 }

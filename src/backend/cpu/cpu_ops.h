@@ -15,6 +15,7 @@ class CpuOps final : public Ops {
   void to_host(const Tensor& src, void* dst) override;
   void zero(const Tensor& t) override;
   void zero_rows(const Tensor& t, int64_t row) override;
+  void copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) override;
   void begin_step(const StepPlan& plan) override {}
 
   void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) override;

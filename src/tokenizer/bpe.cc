@@ -17,6 +17,7 @@ constexpr int kPosBits = 40;  // heap entries: rank << 40 | symbol position
 constexpr uint64_t kPosMask = (uint64_t{1} << kPosBits) - 1;
 constexpr size_t kCacheSlots = 8192;
 constexpr size_t kCacheMaxWord = 256;  // bytes; longer words are not cached
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 std::atomic<uint64_t> next_owner{1};
 
@@ -126,7 +127,18 @@ Bpe::Bpe(BpeParams p)
       if (token.empty()) continue;
       char32_t cp = next_code_point(token, i);
       if (i == token.size() && cp < 0x10000) bmp_ids_[cp] = id;
+      // Characters that some token joins to a following U+2581.
+      for (size_t at = token.find(kSpaceMark, 1); at != std::string::npos; at = token.find(kSpaceMark, at + 1)) {
+        size_t prev = at - 1;
+        while (prev > 0 && (static_cast<unsigned char>(token[prev]) & 0xC0) == 0x80) --prev;
+        size_t k = prev;
+        char32_t before = next_code_point(token, k);
+        if (before != 0x2581) joins_space_.push_back(before);
+      }
     }
+    std::sort(joins_space_.begin(), joins_space_.end());
+    joins_space_.erase(std::unique(joins_space_.begin(), joins_space_.end()), joins_space_.end());
+    split_at_spaces_ = bmp_ids_[0x2581] >= 0;
   }
 }
 
@@ -214,6 +226,29 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
       return;
     }
   }
+  if (!split_at_spaces_ || word.size() <= 16) {
+    encode_piece(word, out);
+    return;
+  }
+  size_t piece_begin = 0;
+  size_t pos = 0;
+  while ((pos = word.find(kSpaceMark, pos + 1)) != std::string_view::npos) {
+    // The code point before the mark: walk back over continuation bytes.
+    size_t prev = pos - 1;
+    while (prev > 0 && (static_cast<unsigned char>(word[prev]) & 0xC0) == 0x80) --prev;
+    size_t k = prev;
+    char32_t cp = next_code_point(word, k);
+    if (cp == 0x2581 || cp >= 0x10000 || bmp_ids_[cp] < 0 ||
+        std::binary_search(joins_space_.begin(), joins_space_.end(), cp)) {
+      continue;
+    }
+    encode_piece(word.substr(piece_begin, pos - piece_begin), out);
+    piece_begin = pos;
+  }
+  encode_piece(word.substr(piece_begin), out);
+}
+
+void Bpe::encode_piece(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() == 1 && byte_level_) {
     out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
     return;

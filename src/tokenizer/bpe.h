@@ -50,6 +50,7 @@ class Bpe {
     uint64_t find(uint64_t key) const;
   };
 
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
   void merge(std::vector<int32_t>& ids) const;
 
@@ -60,6 +61,11 @@ class Bpe {
   int32_t byte_ids_[256];            // byte-level: each byte's token; fallback: <0xNN>; else -1
   std::vector<int32_t> bmp_ids_;     // [0x10000] id of each one-code-point token, -1 if none
   uint64_t cache_owner_;
+  // SentencePiece-style vocabularies: a long word (Gemma's words are whole lines) is cut before a
+  // U+2581 whose left neighbour is a vocabulary character that no token ever joins to a following
+  // U+2581. No symbol can span such a cut, so the pieces merge independently (and hit the cache).
+  bool split_at_spaces_ = false;
+  std::vector<char32_t> joins_space_;  // sorted: characters some token has right before U+2581
 };
 
 }  // namespace kestrel::tok

@@ -15,7 +15,7 @@ constexpr uint64_t kEmpty = UINT64_MAX;
 constexpr uint64_t kNoMerge = UINT64_MAX;
 constexpr int kPosBits = 40;  // heap entries: rank << 40 | symbol position
 constexpr uint64_t kPosMask = (uint64_t{1} << kPosBits) - 1;
-constexpr size_t kCacheSlots = 8192;
+constexpr size_t kCacheSlots = 32768;
 constexpr size_t kCacheMaxWord = 256;  // bytes; longer words are not cached
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 

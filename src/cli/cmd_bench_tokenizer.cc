@@ -28,6 +28,7 @@ const std::vector<OptionSpec> kOptions = {
      .help = "UTF-8 text to tokenize", .default_value = "first 200,000 characters of `bible -f Gen1:1-Rev22:21`"},
     {.name = "threads", .value_name = "N", .help = "threads for the all-threads runs", .default_value = "all cores"},
     {.name = "seconds", .value_name = "S", .help = "minimum time per measurement", .default_value = "2"},
+    {.name = "save-corpus", .value_name = "FILE", .help = "also write the corpus used (for bench/hf_tokenizers_bench.py)"},
     {.name = "out", .value_name = "FILE", .help = "JSON results", .default_value = "bench/results/tokenizer-DATE.json"},
 };
 
@@ -104,6 +105,7 @@ int run_bench(const Args& args) {
   std::string corpus = args.has("corpus") ? read_file(args.get("corpus")) : default_corpus();
   int threads = static_cast<int>(args.get_int("threads", std::max(1u, std::thread::hardware_concurrency()), 1, 1024));
   double seconds = args.get_double("seconds", 2.0, 0.01, 3600);
+  if (args.has("save-corpus")) write_file_atomic(args.get("save-corpus"), corpus);
   std::vector<std::string> docs = split_lines(corpus);
   double mb = corpus.size() / 1e6;
   ThreadPool pool(threads);

@@ -138,7 +138,7 @@ Bpe::Bpe(BpeParams p)
     }
     std::sort(joins_space_.begin(), joins_space_.end());
     joins_space_.erase(std::unique(joins_space_.begin(), joins_space_.end()), joins_space_.end());
-    split_at_spaces_ = bmp_ids_[0x2581] >= 0;
+    split_at_spaces_ = p.allow_space_cut && bmp_ids_[0x2581] >= 0;
   }
 }
 

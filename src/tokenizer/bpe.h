@@ -22,6 +22,7 @@ struct BpeParams {
   bool ignore_merges = false;   // a word that is itself in the vocab is taken whole
   bool fuse_unk = false;
   std::string unk_token;        // empty: none
+  bool allow_space_cut = true;  // the U+2581 cut below (tests turn it off to check it changes nothing)
   std::string what = "tokenizer.json";  // names the file in errors
 };
 

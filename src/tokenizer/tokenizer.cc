@@ -1,23 +1,12 @@
 #include "tokenizer/tokenizer.h"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
+#include "core/files.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
 namespace kestrel::tok {
 namespace {
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kIo, "cannot open ", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 const char* kReplacement = "\xEF\xBF\xBD";
 
@@ -29,17 +18,15 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path file = path;
-  std::error_code ec;
-  if (fs::is_directory(file, ec)) file /= "tokenizer.json";
-  if (!fs::exists(file, ec)) {
-    bad_input("no tokenizer at ", path, fs::is_directory(path, ec) ? " (the directory has no tokenizer.json)" : "");
+  bool dir = is_directory(path);
+  std::string file = dir ? path_join(path, "tokenizer.json") : path;
+  if (!file_exists(file)) {
+    bad_input("no tokenizer at ", path, dir ? " (the directory has no tokenizer.json)" : " (no such file)");
   }
-  std::string config;
-  fs::path config_file = file.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_file, ec)) config = read_file(config_file);
-  return from_json(read_file(file), config, file.string());
+  size_t slash = file.find_last_of('/');
+  std::string config_file = path_join(slash == std::string::npos ? "." : file.substr(0, slash), "tokenizer_config.json");
+  std::string config = file_exists(config_file) ? read_file(config_file) : std::string();
+  return from_json(read_file(file), config, file);
 }
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json, const std::string& name) {
@@ -94,7 +81,25 @@ void Tokenizer::encode_into(std::string_view text, std::vector<int32_t>& out, En
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, DecodeOptions options) const {
   const Impl& m = *impl_;
+  const auto n_ids = static_cast<int32_t>(m.tokens.size());
+  if (m.lossy) {
+    // ByteLevel: every piece is raw bytes; concatenate, then repair only if not valid UTF-8.
+    std::string out;
+    out.reserve(ids.size() * 4);
+    for (int32_t id : ids) {
+      if (id < 0 || id >= n_ids || !m.present[id]) {
+        bad_input("token id ", id, " is not in the vocabulary of ", m.name, " (", n_ids, " ids)");
+      }
+      if (options.skip_special_tokens && m.special[id]) continue;
+      out += m.pieces[id];
+    }
+    if (find_invalid_utf8(out) == std::string::npos) return out;
+    std::string repaired;
+    append_utf8_lossy(repaired, out);
+    return repaired;
+  }
   std::string out, run;  // run: raw bytes not yet converted
+  out.reserve(ids.size() * 4);
   auto flush = [&] {
     if (run.empty()) return;
     if (m.lossy) {

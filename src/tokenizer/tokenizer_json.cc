@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_reader.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -112,7 +113,7 @@ void parse_pre_tokenizer(const Ctx& c, const json& j, const std::string& where, 
 
 // ---- model -------------------------------------------------------------------------------------
 
-Bpe parse_model(const Ctx& c, const json& j, bool byte_level) {
+Bpe parse_model(const Ctx& c, const json& j, bool byte_level, TokenizerJson& tj) {
   std::string type = type_of(c, j, "model");
   if (type != "BPE") unsupported(c.name, ": model type '", type, "' is not supported (kestrel supports BPE)");
   if (const json* d = field(j, "dropout"); d && !(d->is_number() && d->get<double>() == 0.0)) {
@@ -136,38 +137,41 @@ Bpe parse_model(const Ctx& c, const json& j, bool byte_level) {
   }
   if (byte_level && p.byte_fallback) unsupported(c.name, ": byte_fallback with a ByteLevel pre-tokenizer is not supported");
 
-  const json* vocab = field(j, "vocab");
-  if (!vocab || !vocab->is_object()) bad_input(c.name, ": model.vocab is missing or not an object");
-  if (vocab->empty()) bad_input(c.name, ": model.vocab is empty");
-  p.vocab.reserve(vocab->size());
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    if (!it.value().is_number_integer()) bad_input(c.name, ": model.vocab['", it.key(), "'] is not an integer id");
-    int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= static_cast<int64_t>(vocab->size())) {
-      bad_input(c.name, ": model.vocab['", it.key(), "'] has id ", id, ", beyond the vocabulary of ", vocab->size(),
-                " tokens (ids must be 0..", vocab->size() - 1, ")");
+  if (!tj.vocab) {
+    const json* vocab = field(j, "vocab");
+    if (!vocab) bad_input(c.name, ": model.vocab is missing");
+    bad_input(c.name, ": model.vocab must be an object mapping tokens to ids");
+  }
+  const auto& vocab = *tj.vocab;
+  if (vocab.empty()) bad_input(c.name, ": model.vocab is empty");
+  p.vocab.reserve(vocab.size());
+  for (const auto& [token, id] : vocab) {
+    if (id < 0 || id >= static_cast<int64_t>(vocab.size())) {
+      bad_input(c.name, ": model.vocab['", token, "'] has id ", id, ", beyond the vocabulary of ", vocab.size(),
+                " tokens (ids must be 0..", vocab.size() - 1, ")");
     }
-    p.vocab.emplace(it.key(), static_cast<int32_t>(id));
+    if (!p.vocab.emplace(token, static_cast<int32_t>(id)).second) {
+      bad_input(c.name, ": model.vocab lists token '", token, "' twice");
+    }
   }
 
-  const json* merges = field(j, "merges");
-  if (!merges || !merges->is_array()) bad_input(c.name, ": model.merges is missing or not an array");
-  p.merges.reserve(merges->size());
-  for (size_t i = 0; i < merges->size(); ++i) {
-    const json& m = (*merges)[i];
-    if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
+  if (!tj.merges) bad_input(c.name, ": model.merges is missing or not an array");
+  p.merges.reserve(tj.merges->size());
+  for (size_t i = 0; i < tj.merges->size(); ++i) {
+    auto& m = (*tj.merges)[i];
+    if (!m.ok) bad_input(c.name, ": model.merges[", i, "] must be \"a b\" or [\"a\", \"b\"]");
+    if (m.is_string) {
+      const std::string& s = m.a;
       size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
         bad_input(c.name, ": model.merges[", i, "] '", s, "' is not two tokens separated by one space");
       }
       p.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      p.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {
-      bad_input(c.name, ": model.merges[", i, "] must be \"a b\" or [\"a\", \"b\"]");
+      p.merges.emplace_back(std::move(m.a), std::move(m.b));
     }
   }
+  tj.merges.reset();
   if (p.byte_fallback) {
     for (const auto& [token, id] : p.vocab) {
       if (token.size() < 4 || token.compare(0, 3, "<0x") != 0 || token.back() != '>') continue;
@@ -334,8 +338,8 @@ void build_decoder_tables(const Ctx& c, const DecoderSpec& spec, Tokenizer::Impl
 std::unique_ptr<Tokenizer::Impl> parse_tokenizer(std::string_view tokenizer_json, std::string_view config_json,
                                                  const std::string& name) {
   Ctx c{name};
-  json j = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad_input(name, ": not valid JSON");
+  TokenizerJson tj = read_tokenizer_json(tokenizer_json, name);
+  const json& j = tj.dom;
   if (!j.is_object()) bad_input(name, ": the top level must be a JSON object");
   for (const char* key : {"truncation", "padding"}) {
     if (field(j, key)) unsupported(name, ": ", key, " is not supported (it must be null)");
@@ -354,7 +358,7 @@ std::unique_ptr<Tokenizer::Impl> parse_tokenizer(std::string_view tokenizer_json
 
   const json* model = field(j, "model");
   if (!model) bad_input(name, ": model is missing");
-  impl->bpe.emplace(parse_model(c, *model, byte_level));
+  impl->bpe.emplace(parse_model(c, *model, byte_level, tj));
 
   // Vocabulary by id: model tokens, then added tokens (which may extend it).
   const auto& vocab = impl->bpe->vocab();

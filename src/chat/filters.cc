@@ -56,7 +56,7 @@ std::string html_escape(const std::string& s) {
 // Escapes non-ASCII as \uXXXX (json.dumps with ensure_ascii=True).
 std::string ascii_json(const std::string& json) {
   std::string out;
-  char buf[8];
+  char buf[16];
   for (char32_t cp : utf8_decode(json)) {
     if (cp < 0x80) {
       out += char(cp);
@@ -278,7 +278,7 @@ Value f_round(const Value& v, CallArgs& a, Budget&) {
   if (!v.is_number()) throw JinjaFault(cat("round filter needs a number, not ", v.type_name()));
   double scale = std::pow(10.0, double(precision));
   double x = v.as_float() * scale;
-  if (method == "common") x = std::round(x);
+  if (method == "common") x = std::nearbyint(x);  // Python's round(): half to even
   else if (method == "ceil") x = std::ceil(x);
   else if (method == "floor") x = std::floor(x);
   else throw JinjaFault("round method must be 'common', 'ceil' or 'floor'");

@@ -9,20 +9,22 @@ namespace kestrel::chat {
 
 namespace {
 
-// Unknown filters and tests are errors when the template is compiled, as in Jinja, even in
-// branches that never run.
-void validate(const Node& node) {
-  if (node.kind == NodeKind::kFilter && !find_filter(node.name)) {
+// Unknown filters and tests are errors when the template is compiled, as in Jinja; like Jinja
+// 3, those inside the branches of an if or a conditional expression only fail when they run.
+void validate(const Node& node, bool conditional = false) {
+  if (!conditional && node.kind == NodeKind::kFilter && !find_filter(node.name)) {
     template_error(node.pos, cat("unknown filter '", node.name, "'"));
   }
-  if (node.kind == NodeKind::kTest && !find_test(node.name)) {
+  if (!conditional && node.kind == NodeKind::kTest && !find_test(node.name)) {
     template_error(node.pos, cat("unknown test '", node.name, "'"));
   }
-  for (const auto& k : node.kids) {
-    if (k) validate(*k);
+  for (size_t i = 0; i < node.kids.size(); ++i) {
+    bool branch = (node.kind == NodeKind::kIf && (i % 2 == 1 || i + 1 == node.kids.size())) ||
+                  (node.kind == NodeKind::kCondExpr && i != 1);
+    if (node.kids[i]) validate(*node.kids[i], conditional || branch);
   }
-  for (const auto& a : node.args) validate(*a);
-  for (const auto& kv : node.kwargs) validate(*kv.second);
+  for (const auto& a : node.args) validate(*a, conditional);
+  for (const auto& kv : node.kwargs) validate(*kv.second, conditional);
 }
 
 enum class Flow { kNormal, kBreak, kContinue };

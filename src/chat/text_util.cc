@@ -74,17 +74,14 @@ std::vector<std::string> py_split(const std::string& s, const std::optional<std:
   }
   if (maxsplit >= 0 && int64_t(words.size()) > maxsplit + 1) {
     if (!from_right) {
+      // The rest keeps its trailing whitespace, as in Python.
       size_t rest = words[size_t(maxsplit)].first;
-      size_t end = cps.size();
-      while (end > rest && is_py_space(cps[end - 1])) --end;
       words.resize(size_t(maxsplit));
-      words.emplace_back(rest, end);
+      words.emplace_back(rest, cps.size());
     } else {
       size_t keep_from = words.size() - size_t(maxsplit);
-      size_t end = words[keep_from - 1].second;
-      size_t begin = 0;
-      while (begin < end && is_py_space(cps[begin])) ++begin;
-      std::vector<std::pair<size_t, size_t>> merged = {{begin, end}};
+      size_t end = words[keep_from - 1].second;  // the rest keeps its leading whitespace
+      std::vector<std::pair<size_t, size_t>> merged = {{0, end}};
       merged.insert(merged.end(), words.begin() + long(keep_from), words.end());
       words = merged;
     }

@@ -57,6 +57,8 @@ struct Node {
   std::vector<NodePtr> args;
   std::vector<std::pair<std::string, NodePtr>> kwargs;
   bool negated = false;
+  int height = 1;
+  bool uses_loop = false;  // kFor: the body mentions `loop` (else no loop object is built)  // of the expression tree below this node (bounded by the parser)
 
   Node(NodeKind k, SourcePos p) : kind(k), pos(p) {}
 };

@@ -28,12 +28,18 @@ class Budget {
   void check_size(size_t size) const {
     if (size > bounds_.max_output_bytes) over_size(size);
   }
+  // A list of `items` items is about to be built (each item counts as 16 bytes of the bound).
+  void check_items(size_t items) const {
+    if (items > bounds_.max_output_bytes / 16) over_items(items);
+  }
+  size_t max_items() const { return bounds_.max_output_bytes / 16; }
   const RenderBounds& bounds() const { return bounds_; }
   int64_t steps() const { return steps_; }
 
  private:
   [[noreturn]] void over_steps() const;
   [[noreturn]] void over_size(size_t size) const;
+  [[noreturn]] void over_items(size_t items) const;
   RenderBounds bounds_;
   int64_t steps_ = 0;
 };

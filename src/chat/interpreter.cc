@@ -181,43 +181,64 @@ class Interpreter {
   }
 
   void exec_for(const Node& node) {
-    List items = iterate(eval(*node.kids[0]), budget_);
+    Value iterable = eval(*node.kids[0]);
+    List materialized;
+    const List* items = &materialized;
+    if (iterable.is_list()) {
+      items = &iterable.list();  // lists are never mutated while rendering: no copy
+    } else {
+      materialized = iterate(iterable, budget_);
+    }
     const Node* filter = node.kids[2].get();
     frames_.emplace_back();
     struct Pop {
       std::vector<Frame>& f;
       ~Pop() { f.pop_back(); }
     } pop{frames_};
+    List kept;
     if (filter) {
-      List kept;
-      for (auto& item : items) {
+      for (const auto& item : *items) {
         budget_.charge(1);
         unpack(node.names, item);
-        if (eval(*filter).truthy()) kept.push_back(std::move(item));
+        if (eval(*filter).truthy()) kept.push_back(item);
       }
-      items = std::move(kept);
+      items = &kept;
     }
-    const int64_t n = int64_t(items.size());
+    const int64_t n = int64_t(items->size());
+    // One loop object per loop, updated in place each iteration (as Jinja's LoopContext is).
+    Value loop;
+    auto index = std::make_shared<int64_t>(0);
+    if (node.uses_loop) {
+      Map m;
+      for (const char* key : {"index0", "index", "revindex0", "revindex", "first", "last", "length", "depth",
+                              "depth0", "previtem", "nextitem"}) {
+        m.set(key, Value());
+      }
+      m.set("cycle", Value::callable("loop.cycle", [index](CallArgs& args) {
+              if (args.positional.empty()) throw JinjaFault("loop.cycle() needs at least one argument");
+              return args.positional[size_t(*index) % args.positional.size()];
+            }));
+      loop = Value(std::move(m));
+    }
     for (int64_t i = 0; i < n; ++i) {
       budget_.charge(1);
-      unpack(node.names, items[size_t(i)]);
-      Map loop;
-      loop.set("index0", Value(i));
-      loop.set("index", Value(i + 1));
-      loop.set("revindex0", Value(n - i - 1));
-      loop.set("revindex", Value(n - i));
-      loop.set("first", Value(i == 0));
-      loop.set("last", Value(i == n - 1));
-      loop.set("length", Value(n));
-      loop.set("depth", Value(1));
-      loop.set("depth0", Value(0));
-      loop.set("previtem", i > 0 ? items[size_t(i - 1)] : Value::undefined("loop.previtem"));
-      loop.set("nextitem", i + 1 < n ? items[size_t(i + 1)] : Value::undefined("loop.nextitem"));
-      loop.set("cycle", Value::callable("loop.cycle", [i](CallArgs& args) {
-                 if (args.positional.empty()) throw JinjaFault("loop.cycle() needs at least one argument");
-                 return args.positional[size_t(i) % args.positional.size()];
-               }));
-      assign("loop", Value(std::move(loop)));
+      unpack(node.names, (*items)[size_t(i)]);
+      if (node.uses_loop) {
+        *index = i;
+        Map& m = loop.map_mut();
+        m.value_at(0) = Value(i);
+        m.value_at(1) = Value(i + 1);
+        m.value_at(2) = Value(n - i - 1);
+        m.value_at(3) = Value(n - i);
+        m.value_at(4) = Value(i == 0);
+        m.value_at(5) = Value(i == n - 1);
+        m.value_at(6) = Value(n);
+        m.value_at(7) = Value(1);
+        m.value_at(8) = Value(0);
+        m.value_at(9) = i > 0 ? (*items)[size_t(i - 1)] : Value::undefined("loop.previtem");
+        m.value_at(10) = i + 1 < n ? (*items)[size_t(i + 1)] : Value::undefined("loop.nextitem");
+        assign("loop", loop);
+      }
       Flow flow = exec(*node.kids[1]);
       if (flow == Flow::kBreak) break;
     }

@@ -92,11 +92,19 @@ class Lexer {
   }
 
  private:
+  // Line and column (in code points) of a byte offset; amortized O(distance) from the last call.
   SourcePos pos_of(size_t offset) const {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     size_t line = it - line_starts_.begin();
     size_t start = line_starts_[line - 1];
-    return {int(line), int(utf8_length(std::string_view(src_).substr(start, offset - start)) + 1)};
+    size_t from = start, column = 1;
+    if (cached_line_ == line && cached_offset_ >= start && cached_offset_ <= offset) {
+      from = cached_offset_;
+      column = cached_column_;
+    }
+    column += utf8_length(std::string_view(src_).substr(from, offset - from));
+    cached_line_ = line, cached_offset_ = offset, cached_column_ = column;
+    return {int(line), int(column)};
   }
 
   size_t find_tag(size_t from) const {
@@ -322,6 +330,7 @@ class Lexer {
   LexerOptions opt_;
   std::vector<size_t> line_starts_;
   std::vector<Token> tokens_;
+  mutable size_t cached_line_ = 0, cached_offset_ = 0, cached_column_ = 1;
 };
 
 }  // namespace

@@ -257,9 +257,9 @@ Map make_globals(Budget& budget) {
           __int128 count = 0;
           if (step > 0 && stop > start) count = ((__int128)stop - start + step - 1) / step;
           if (step < 0 && stop < start) count = ((__int128)start - stop - step - 1) / -step;
-          if (count > (__int128)b->bounds().max_output_bytes) {
-            throw JinjaFault(cat("range() of ", int64_t(count), " items exceeds the bound of ",
-                                 b->bounds().max_output_bytes, " items"));
+          if (count > (__int128)b->max_items()) {
+            throw JinjaFault(cat("range() of ", int64_t(count), " items exceeds the bound of ", b->max_items(),
+                                 " items"));
           }
           b->charge(int64_t(count));
           List out;

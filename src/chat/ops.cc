@@ -15,8 +15,12 @@ void Budget::over_steps() const {
 }
 
 void Budget::over_size(size_t size) const {
-  throw JinjaFault(cat("rendering would build a value of ", size, " bytes or items, over the bound of ",
-                       bounds_.max_output_bytes));
+  throw JinjaFault(cat("rendering would build a string of ", size, " bytes, over the bound of ",
+                       bounds_.max_output_bytes, " bytes"));
+}
+
+void Budget::over_items(size_t items) const {
+  throw JinjaFault(cat("rendering would build a list of ", items, " items, over the bound of ", max_items(), " items"));
 }
 
 namespace {
@@ -88,7 +92,7 @@ Value repeat(const Value& seq, int64_t n, Budget& budget) {
     for (int64_t i = 0; i < n; ++i) out += seq.str();
     return Value(std::move(out));
   }
-  budget.check_size(seq.list().size() * size_t(std::min<int64_t>(n, INT32_MAX)));
+  budget.check_items(seq.list().size() * size_t(std::min<int64_t>(n, INT32_MAX)));
   budget.charge(int64_t(seq.list().size() * n));
   List out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.list().begin(), seq.list().end());
@@ -161,7 +165,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Budget& b
       return Value(a.str() + b.str());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
-      budget.check_size(a.list().size() + b.list().size());
+      budget.check_items(a.list().size() + b.list().size());
       budget.charge(int64_t(a.list().size() + b.list().size()));
       List out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
@@ -285,12 +289,14 @@ List iterate(const Value& v, Budget& budget) {
     case Kind::kUndefined: return {};
     case Kind::kList: budget.charge(int64_t(v.list().size())); return v.list();
     case Kind::kMap: {
+      budget.check_items(v.map().size());
       budget.charge(int64_t(v.map().size()));
       List keys;
       for (const auto& kv : v.map().items()) keys.push_back(Value(kv.first));
       return keys;
     }
     case Kind::kString: {
+      budget.check_items(v.str().size());
       budget.charge(int64_t(v.str().size()));
       List chars;
       std::vector<char32_t> cps = utf8_decode(v.str());

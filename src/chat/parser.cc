@@ -1,5 +1,6 @@
 #include "chat/parser.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <set>
@@ -10,7 +11,8 @@ namespace kestrel::chat {
 
 namespace {
 
-constexpr int kMaxNesting = 200;  // expression / statement nesting; deeper is refused, not a stack overflow
+constexpr int kMaxNesting = 200;  // parser recursion; deeper is refused, not a stack overflow
+constexpr int kMaxHeight = 256;   // expression tree height (long operator / filter chains)
 
 class Parser {
  public:
@@ -67,6 +69,20 @@ class Parser {
     next();
   }
 
+  // Records the height of a finished expression node; refuses trees the evaluator (and the
+  // node destructors) would recurse too deeply into.
+  NodePtr sealed(NodePtr node) {
+    int h = 0;
+    for (const auto& k : node->kids) h = std::max(h, k ? k->height : 0);
+    for (const auto& a : node->args) h = std::max(h, a->height);
+    for (const auto& kv : node->kwargs) h = std::max(h, kv.second->height);
+    node->height = h + 1;
+    if (node->height > kMaxHeight) {
+      template_error(node->pos, cat("expression nests deeper than ", kMaxHeight, " levels"));
+    }
+    return node;
+  }
+
   struct DepthGuard {
     Parser& p;
     explicit DepthGuard(Parser& parser) : p(parser) {
@@ -76,6 +92,20 @@ class Parser {
     }
     ~DepthGuard() { --p.depth_; }
   };
+
+  static bool mentions_loop(const Node& node) {
+    if (node.kind == NodeKind::kName && node.name == "loop") return true;
+    for (const auto& k : node.kids) {
+      if (k && mentions_loop(*k)) return true;
+    }
+    for (const auto& a : node.args) {
+      if (mentions_loop(*a)) return true;
+    }
+    for (const auto& kv : node.kwargs) {
+      if (mentions_loop(*kv.second)) return true;
+    }
+    return false;
+  }
 
   // ---- statements
 
@@ -199,6 +229,7 @@ class Parser {
     ++loop_depth_;
     node->kids.push_back(parse_body({"else", "endfor"}));
     --loop_depth_;
+    node->uses_loop = mentions_loop(*node->kids.back()) || (filter && mentions_loop(*filter));
     node->kids.push_back(std::move(filter));
     std::string tag = next().value;
     expect_block_end();
@@ -309,7 +340,7 @@ class Parser {
       cond->kids.push_back(std::move(value));
       cond->kids.push_back(parse_or());
       cond->kids.push_back(skip_name("else") ? parse_expression(true) : nullptr);
-      value = std::move(cond);
+      value = sealed(std::move(cond));
     }
     return value;
   }
@@ -319,7 +350,7 @@ class Parser {
     node->name = op;
     node->kids.push_back(std::move(left));
     node->kids.push_back(std::move(right));
-    return node;
+    return sealed(std::move(node));
   }
 
   NodePtr parse_or() {
@@ -346,7 +377,7 @@ class Parser {
       auto node = make_node(NodeKind::kUnary, next().pos);
       node->name = "not";
       node->kids.push_back(parse_not());
-      return node;
+      return sealed(std::move(node));
     }
     return parse_compare();
   }
@@ -376,8 +407,9 @@ class Parser {
       }
       cmp->ops.push_back(op);
       cmp->kids.push_back(parse_math1());
+      if (cmp->kids.size() > size_t(kMaxHeight)) template_error(cmp->pos, "comparison chain is too long");
     }
-    return cmp ? std::move(cmp) : std::move(left);
+    return cmp ? sealed(std::move(cmp)) : std::move(left);
   }
 
   NodePtr parse_math1() {
@@ -424,6 +456,7 @@ class Parser {
       node = make_node(NodeKind::kUnary, t.pos);
       node->name = t.value;
       node->kids.push_back(parse_unary(false));
+      node = sealed(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -484,7 +517,7 @@ class Parser {
             tuple->kids.push_back(parse_expression(true));
           }
           expect_op(")");
-          return tuple;
+          return sealed(std::move(tuple));
         }
         if (t.value == "[") {
           next();
@@ -495,7 +528,7 @@ class Parser {
             list->kids.push_back(parse_expression(true));
           }
           expect_op("]");
-          return list;
+          return sealed(std::move(list));
         }
         if (t.value == "{") {
           next();
@@ -508,7 +541,7 @@ class Parser {
             dict->kids.push_back(parse_expression(true));
           }
           expect_op("}");
-          return dict;
+          return sealed(std::move(dict));
         }
         break;
       }
@@ -525,20 +558,20 @@ class Parser {
           auto item = make_node(NodeKind::kGetItem, pos);
           item->kids.push_back(std::move(node));
           item->kids.push_back(parse_primary());
-          node = std::move(item);
+          node = sealed(std::move(item));
           continue;
         }
         auto attr = make_node(NodeKind::kGetAttr, pos);
         attr->name = expect_name("an attribute name after '.'");
         attr->kids.push_back(std::move(node));
-        node = std::move(attr);
+        node = sealed(std::move(attr));
       } else if (is_op("[")) {
         node = parse_subscript(std::move(node));
       } else if (is_op("(")) {
         auto call = make_node(NodeKind::kCall, cur().pos);
         call->kids.push_back(std::move(node));
         parse_call_args(*call);
-        node = std::move(call);
+        node = sealed(std::move(call));
       } else {
         return node;
       }
@@ -559,12 +592,12 @@ class Parser {
       auto item = make_node(NodeKind::kGetItem, pos);
       item->kids.push_back(std::move(object));
       item->kids.push_back(std::move(parts[0]));
-      return item;
+      return sealed(std::move(item));
     }
     auto slice = make_node(NodeKind::kSlice, pos);
     slice->kids.push_back(std::move(object));
     for (auto& p : parts) slice->kids.push_back(std::move(p));
-    return slice;
+    return sealed(std::move(slice));
   }
 
   void parse_call_args(Node& node) {
@@ -594,7 +627,7 @@ class Parser {
     }
     node->kids.push_back(std::move(subject));
     if (is_op("(")) parse_call_args(*node);
-    return node;
+    return sealed(std::move(node));
   }
 
   NodePtr parse_filter_expr(NodePtr node) {
@@ -615,12 +648,12 @@ class Parser {
           if (is_name("is")) template_error(t.pos, "tests cannot be chained with 'is'");
           test->args.push_back(parse_postfix(parse_primary()));
         }
-        node = std::move(test);
+        node = sealed(std::move(test));
       } else if (is_op("(")) {
         auto call = make_node(NodeKind::kCall, cur().pos);
         call->kids.push_back(std::move(node));
         parse_call_args(*call);
-        node = std::move(call);
+        node = sealed(std::move(call));
       } else {
         return node;
       }

@@ -32,6 +32,8 @@ void Map::set(const std::string& key, Value value) {
   items_.emplace_back(key, std::move(value));
 }
 
+Value& Map::value_at(size_t i) { return items_[i].second; }
+
 bool Map::erase(const std::string& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return false;
@@ -43,9 +45,16 @@ bool Map::erase(const std::string& key) {
 
 // ---- Value --------------------------------------------------------------------------------------
 
+namespace {
+struct Callable {
+  std::string name;
+  Function fn;
+};
+}  // namespace
+
 Value Value::undefined(std::string name) {
   Value v;
-  v.str_ = std::make_shared<const std::string>(std::move(name));
+  if (!name.empty()) v.ptr_ = std::make_shared<std::string>(std::move(name));
   return v;
 }
 
@@ -55,15 +64,14 @@ Value Value::none() {
   return v;
 }
 
-Value::Value(std::string s) : kind_(Kind::kString), str_(std::make_shared<const std::string>(std::move(s))) {}
-Value::Value(List list) : kind_(Kind::kList), list_(std::make_shared<List>(std::move(list))) {}
-Value::Value(Map map) : kind_(Kind::kMap), map_(std::make_shared<Map>(std::move(map))) {}
+Value::Value(std::string s) : kind_(Kind::kString), ptr_(std::make_shared<std::string>(std::move(s))) {}
+Value::Value(List list) : kind_(Kind::kList), ptr_(std::make_shared<List>(std::move(list))) {}
+Value::Value(Map map) : kind_(Kind::kMap), ptr_(std::make_shared<Map>(std::move(map))) {}
 
 Value Value::callable(std::string name, Function fn) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.str_ = std::make_shared<const std::string>(std::move(name));
-  v.fn_ = std::make_shared<const Function>(std::move(fn));
+  v.ptr_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn)});
   return v;
 }
 
@@ -79,9 +87,13 @@ Value Value::tuple(List items) {
   return v;
 }
 
+const Function& Value::function() const { return static_cast<const Callable*>(ptr_.get())->fn; }
+
 const std::string& Value::name() const {
   static const std::string empty;
-  return (kind_ == Kind::kUndefined || kind_ == Kind::kCallable) && str_ ? *str_ : empty;
+  if (kind_ == Kind::kCallable) return static_cast<const Callable*>(ptr_.get())->name;
+  if (kind_ == Kind::kUndefined && ptr_) return *static_cast<const std::string*>(ptr_.get());
+  return empty;
 }
 
 bool Value::truthy() const {
@@ -91,9 +103,9 @@ bool Value::truthy() const {
     case Kind::kBool:
     case Kind::kInt: return int_ != 0;
     case Kind::kFloat: return float_ != 0.0;
-    case Kind::kString: return !str_->empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kMap: return map_->size() != 0;
+    case Kind::kString: return !str().empty();
+    case Kind::kList: return !list().empty();
+    case Kind::kMap: return map().size() != 0;
     case Kind::kCallable: return true;
   }
   return false;

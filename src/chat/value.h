@@ -32,6 +32,7 @@ class Map {
   void set(const std::string& key, Value value);
   bool erase(const std::string& key);
   size_t size() const { return items_.size(); }
+  Value& value_at(size_t i);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
 
  private:
@@ -49,7 +50,7 @@ class Value {
   Value(bool b) : kind_(Kind::kBool), int_(b) {}
   Value(int v) : kind_(Kind::kInt), int_(v) {}
   Value(int64_t v) : kind_(Kind::kInt), int_(v) {}
-  Value(double v) : kind_(Kind::kFloat), float_(v) {}
+  Value(double v) : kind_(Kind::kFloat) { float_ = v; }
   Value(std::string s);
   Value(const char* s) : Value(std::string(s)) {}
   Value(List list);
@@ -77,12 +78,12 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }          // int or bool
   double as_float() const { return kind_ == Kind::kFloat ? float_ : double(int_); }
-  const std::string& str() const { return *str_; }
-  const List& list() const { return *list_; }
-  List& list_mut() { return *list_; }
-  const Map& map() const { return *map_; }
-  Map& map_mut() { return *map_; }
-  const Function& function() const { return *fn_; }
+  const std::string& str() const { return *static_cast<const std::string*>(ptr_.get()); }
+  const List& list() const { return *static_cast<const List*>(ptr_.get()); }
+  List& list_mut() { return *static_cast<List*>(ptr_.get()); }
+  const Map& map() const { return *static_cast<const Map*>(ptr_.get()); }
+  Map& map_mut() { return *static_cast<Map*>(ptr_.get()); }
+  const Function& function() const;
   // For undefined: the name that was looked up; for callables: the function's name.
   const std::string& name() const;
 
@@ -94,12 +95,13 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool flag_ = false;  // namespace (map) or tuple (list)
-  int64_t int_ = 0;
-  double float_ = 0;
-  std::shared_ptr<const std::string> str_;  // string, or the name of an undefined / callable
-  std::shared_ptr<List> list_;
-  std::shared_ptr<Map> map_;
-  std::shared_ptr<const Function> fn_;
+  union {
+    int64_t int_ = 0;  // bool, int
+    double float_;
+  };
+  // string: std::string; list: List; map: Map; callable: a name and a Function; undefined: the
+  // name that was looked up (may be null). Shared, so copying a Value is cheap (32 bytes).
+  std::shared_ptr<void> ptr_;
 };
 
 // Positional and keyword arguments of a call (`f(1, x=2)`), for builtins and macros.

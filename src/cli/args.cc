@@ -54,6 +54,7 @@ Args::Args(const std::vector<OptionSpec>& specs, int argc, char** argv, int firs
         if (i + 1 >= argc) bad_input("option --", spec->name, " needs a value (", spec->value_name, ")");
         values_[spec->name] = argv[++i];
       }
+      all_values_[spec->name].push_back(values_[spec->name]);
       continue;
     }
     positional_.push_back(arg);
@@ -63,6 +64,11 @@ Args::Args(const std::vector<OptionSpec>& specs, int argc, char** argv, int firs
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto it = all_values_.find(name);
+  return it == all_values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::string Args::require(const std::string& name) const {

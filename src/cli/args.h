@@ -23,6 +23,8 @@ class Args {
 
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::string get(const std::string& name, const std::string& fallback = "") const;
+  // Every value of a flag given several times (`--var a=1 --var b=2`), in order; get() keeps the last.
+  std::vector<std::string> get_all(const std::string& name) const;
   std::string require(const std::string& name) const;  // error naming --name when absent
   int64_t get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
   double get_double(const std::string& name, double fallback, double min, double max) const;
@@ -32,6 +34,7 @@ class Args {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::vector<std::string> positional_;
   bool help_ = false;
 };

@@ -1,0 +1,162 @@
+#include "chat/chat_template.h"
+
+#include <dirent.h>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace kestrel::chat {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+nlohmann::ordered_json parse_json_file(const std::string& path) {
+  std::string text = read_file(path);
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    bad_input(path, " is not valid JSON: ", e.what());
+  }
+}
+
+// A special token in tokenizer_config.json: "<bos>" or {"content": "<bos>", ...}.
+std::optional<std::string> token_text(const nlohmann::ordered_json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  return std::nullopt;
+}
+
+Template compile(const std::string& source, const std::string& what) {
+  try {
+    return Template(source);
+  } catch (const Error& e) {
+    bad_input(what, ": ", e.what());
+  }
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_source(const std::string& source, const std::string& origin) {
+  ChatTemplate t;
+  t.origin_ = origin;
+  t.templates_.emplace("default", compile(source, origin));
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_config(const nlohmann::ordered_json& config, const std::string& origin,
+                                       const std::optional<std::string>& jinja_override) {
+  ChatTemplate t;
+  t.origin_ = origin;
+  if (!config.is_object()) bad_input(origin, ": expected a JSON object");
+  if (jinja_override) {
+    t.templates_.emplace("default", compile(*jinja_override, origin + " (chat_template.jinja)"));
+  } else if (config.contains("chat_template")) {
+    const auto& ct = config["chat_template"];
+    if (ct.is_string()) {
+      t.templates_.emplace("default", compile(ct.get<std::string>(), origin + " chat_template"));
+    } else if (ct.is_array()) {
+      for (const auto& item : ct) {
+        if (!item.is_object() || !item.contains("name") || !item.contains("template") || !item["name"].is_string() ||
+            !item["template"].is_string()) {
+          bad_input(origin, ": chat_template list entries must be {\"name\": ..., \"template\": ...}");
+        }
+        std::string name = item["name"].get<std::string>();
+        t.templates_.emplace(name, compile(item["template"].get<std::string>(), cat(origin, " chat_template '", name, "'")));
+      }
+    } else if (!ct.is_null()) {
+      bad_input(origin, ": chat_template must be a string or a list of {name, template}");
+    }
+  }
+  static const char* kTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                  "pad_token", "cls_token", "mask_token"};
+  for (const char* name : kTokens) {
+    if (config.contains(name)) {
+      if (auto text = token_text(config[name])) t.special_tokens_.set(name, Value(*text));
+    }
+  }
+  if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array()) {
+    List list;
+    for (const auto& item : config["additional_special_tokens"]) {
+      if (auto text = token_text(item)) list.push_back(Value(*text));
+    }
+    t.special_tokens_.set("additional_special_tokens", Value(std::move(list)));
+  }
+  if (config.contains("extra_special_tokens") && config["extra_special_tokens"].is_object()) {
+    for (const auto& [name, item] : config["extra_special_tokens"].items()) {
+      if (auto text = token_text(item); text && !t.special_tokens_.find(name)) t.special_tokens_.set(name, Value(*text));
+    }
+  }
+  return t;
+}
+
+ChatTemplate ChatTemplate::load(const std::string& path) {
+  if (is_directory(path)) {
+    std::string config_path = path_join(path, "tokenizer_config.json");
+    std::string jinja_path = path_join(path, "chat_template.jinja");
+    nlohmann::ordered_json config = nlohmann::ordered_json::object();
+    if (file_exists(config_path)) config = parse_json_file(config_path);
+    std::optional<std::string> jinja;
+    if (file_exists(jinja_path)) jinja = read_file(jinja_path);
+    ChatTemplate t = from_config(config, file_exists(config_path) ? config_path : path, jinja);
+    std::string extra_dir = path_join(path, "additional_chat_templates");
+    if (DIR* dir = is_directory(extra_dir) ? opendir(extra_dir.c_str()) : nullptr) {
+      while (dirent* entry = readdir(dir)) {
+        std::string file = entry->d_name;
+        if (!ends_with(file, ".jinja")) continue;
+        std::string name = file.substr(0, file.size() - 6);
+        std::string full = path_join(extra_dir, file);
+        t.templates_.emplace(name, compile(read_file(full), full));
+      }
+      closedir(dir);
+    }
+    if (t.templates_.empty()) {
+      bad_input("no chat template in ", path, ": expected chat_template.jinja or a chat_template in tokenizer_config.json");
+    }
+    return t;
+  }
+  if (!file_exists(path)) bad_input("chat template source ", path, " does not exist");
+  if (ends_with(path, ".json")) {
+    ChatTemplate t = from_config(parse_json_file(path), path);
+    if (t.templates_.empty()) bad_input(path, " has no chat_template");
+    return t;
+  }
+  return from_source(read_file(path), path);
+}
+
+const Template& ChatTemplate::select(const ChatRequest& request) const {
+  if (!request.template_name.empty()) {
+    auto it = templates_.find(request.template_name);
+    if (it == templates_.end()) {
+      std::string names;
+      for (const auto& kv : templates_) names += (names.empty() ? "" : ", ") + kv.first;
+      bad_input(origin_, " has no chat template named '", request.template_name, "' (it has: ", names, ")");
+    }
+    return it->second;
+  }
+  bool has_tools = !request.tools.is_null();
+  if (has_tools) {
+    if (auto it = templates_.find("tool_use"); it != templates_.end()) return it->second;
+  }
+  if (auto it = templates_.find("default"); it != templates_.end()) return it->second;
+  if (templates_.size() == 1) return templates_.begin()->second;
+  bad_input(origin_, " has several chat templates and none is named 'default'; pick one by name");
+}
+
+std::string ChatTemplate::render(const ChatRequest& request) const {
+  if (!request.messages.is_array()) bad_input("chat messages must be a JSON array of {role, content} objects");
+  if (!request.tools.is_null() && !request.tools.is_array()) bad_input("chat tools must be a JSON array or null");
+  if (!request.variables.is_object()) bad_input("chat template variables must be a JSON object");
+  const Template& t = select(request);
+  Map vars = special_tokens_;
+  for (const auto& [k, v] : request.variables.items()) vars.set(k, from_json(v));
+  vars.set("messages", from_json(request.messages));
+  vars.set("tools", request.tools.is_null() ? Value::none() : from_json(request.tools));
+  vars.set("documents", Value::none());
+  vars.set("add_generation_prompt", Value(request.add_generation_prompt));
+  return t.render(vars, request.bounds);
+}
+
+}  // namespace kestrel::chat

@@ -296,7 +296,19 @@ void Scheduler::start() {
 void Scheduler::stop() {
   stop_ = true;
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  // Nothing will step these any more: end them so their waiters return.
+  std::deque<std::shared_ptr<Request>> incoming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming.swap(incoming_);
+  }
+  for (auto& r : incoming) r->finish(FinishReason::kCancelled, "the server is shutting down");
+  for (auto& s : running_) finish(*s, FinishReason::kCancelled, "the server is shutting down");
+  for (auto& s : waiting_) finish(*s, FinishReason::kCancelled, "the server is shutting down");
+  running_.clear();
+  waiting_.clear();
 }
 
 bool Scheduler::idle() const {

@@ -1,0 +1,118 @@
+// kestrel chat: an interactive terminal chat that streams the answer as it is generated.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "server/completion_stream.h"
+#include "server/served_model.h"
+
+namespace kestrel::cli {
+namespace {
+
+int chat_cmd(const Args& args) {
+  const std::string dir = args.require("model");
+  if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
+  server::ServeOptions mo;
+  mo.device = args.get("device", "cpu");
+  mo.max_running = 1;
+  mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
+  auto m = server::load_served_model(dir, mo);
+  if (!m->chat_template) bad_input(dir, ": the model has no chat template (tokenizer_config.json chat_template)");
+  server::GenerationParams gp;
+  gp.options.max_tokens = int(args.get_int("n", 512, 1, 1 << 20));
+  gp.options.sampling.temperature = float(args.get_double("temperature", 0.7, 0.0, 100.0));
+  gp.options.sampling.top_p = float(args.get_double("top-p", 0.95, 1e-6, 1.0));
+  gp.options.sampling.top_k = int(args.get_int("top-k", 0, 0, 1 << 24));
+  gp.options.sampling.seed = uint64_t(args.get_int("seed", 0, 0, INT64_MAX));
+  gp.options.stop_token_ids = m->stop_ids;
+  const bool think = !args.flag("no-think");
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  m->scheduler->start();
+
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
+  std::fprintf(stderr, "kestrel chat: %s (%s). /reset clears the conversation, /exit quits.\n", m->name.c_str(),
+               m->loaded.config().model_type.c_str());
+  std::string line;
+  for (;;) {
+    std::fprintf(stdout, tty ? "\033[1m> \033[0m" : "> ");
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      messages = nlohmann::ordered_json::array();
+      if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    chat::ChatRequest cr;
+    cr.messages = messages;
+    cr.add_generation_prompt = true;
+    if (!think) cr.variables["enable_thinking"] = false;
+    const std::string prompt_text = m->chat_template->render(cr);
+    auto ids = m->tokenizer->encode(prompt_text, {.add_special_tokens = false});
+    auto req = m->scheduler->submit(ids, gp.options);
+    if (!req) bad_input("the scheduler queue is full");
+    server::ChoiceStream stream(*m, req, gp, true, chat::prompt_opens_reasoning(m->output_format, prompt_text));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string answer;
+    bool in_reasoning = false;
+    for (;;) {
+      server::ChoiceDelta d;
+      const bool fin = stream.poll(std::chrono::milliseconds(50), d);
+      if (!d.reasoning.empty()) {
+        if (!in_reasoning && tty) std::fputs("\033[2m", stdout);
+        in_reasoning = true;
+        std::fputs(d.reasoning.c_str(), stdout);
+      }
+      if (!d.content.empty() || !d.tool_calls.empty()) {
+        if (in_reasoning) {
+          std::fputs(tty ? "\033[0m\n" : "\n", stdout);
+          in_reasoning = false;
+        }
+        std::fputs(d.content.c_str(), stdout);
+        answer += d.content;
+        for (const auto& c : d.tool_calls) std::printf("[tool call %s(%s)]", c.name.c_str(), c.arguments.c_str());
+      }
+      std::fflush(stdout);
+      if (fin) break;
+    }
+    if (in_reasoning && tty) std::fputs("\033[0m", stdout);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("\n");
+    std::fprintf(stderr, "[%d tokens, %.2f tok/s, %s]\n", stream.completion_tokens(),
+                 secs > 0 ? stream.completion_tokens() / secs : 0.0, stream.finish_reason().c_str());
+    messages.push_back({{"role", "assistant"}, {"content", answer}});
+  }
+  m->scheduler->stop();
+  return 0;
+}
+
+const Registrar kReg{{
+    .name = "chat",
+    .summary = "chat with a model in the terminal",
+    .usage = "kestrel chat -m DIR [--system TEXT] [--temperature T]",
+    .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
+               "Type /reset to clear the conversation and /exit (or end of input) to quit.",
+    .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template"},
+                {"system", "", "TEXT", "system prompt"},
+                {"n", "n", "N", "most tokens per answer", "512"},
+                {"temperature", "", "T", "sampling temperature", "0.7"},
+                {"top-p", "", "P", "nucleus sampling mass", "0.95"},
+                {"top-k", "", "K", "top-k sampling (0 = off)", "0"},
+                {"seed", "", "S", "random seed", "0"},
+                {"no-think", "", "", "ask the template to skip reasoning (enable_thinking=false)"},
+                {"ctx", "", "N", "context length", "8192"},
+                {"threads", "t", "N", "CPU threads", "all cores"},
+                {"device", "", "cpu|cuda", "backend", "cpu"}},
+    .run = chat_cmd,
+}};
+
+}  // namespace
+}  // namespace kestrel::cli

@@ -1,0 +1,47 @@
+#include "server/served_model.h"
+
+#include "cli/backend_select.h"
+#include "core/error.h"
+#include "core/files.h"
+
+namespace kestrel::server {
+
+std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const ServeOptions& o) {
+  auto m = std::make_unique<ServedModel>();
+  m->dir = dir;
+  std::string base = dir;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  m->name = o.name.empty() ? base.substr(base.find_last_of('/') + 1) : o.name;
+  if (!file_exists(path_join(dir, "tokenizer.json")))
+    bad_input(dir, ": no tokenizer.json in the model directory (the server needs the model's tokenizer)");
+  m->tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(dir));
+  try {
+    m->chat_template = chat::ChatTemplate::load(dir);
+    std::string source;
+    for (const auto& [name, t] : m->chat_template->templates()) source += t.source();
+    m->output_format = chat::detect_output_format(source);
+  } catch (const Error&) {
+    m->chat_template.reset();  // no template: completions only
+  }
+  m->ops = cli::make_backend(o.device);
+  m->loaded = load_model(dir, *m->ops);
+  const ModelConfig& cfg = m->loaded.config();
+  if (m->tokenizer->vocab_size() > cfg.vocab_size)
+    bad_input(dir, ": the tokenizer has ", m->tokenizer->vocab_size(), " tokens but the model's vocabulary is ",
+              cfg.vocab_size);
+  m->stop_ids = cfg.eos_token_ids;
+  if (auto eos = m->tokenizer->eos_id()) {
+    if (std::find(m->stop_ids.begin(), m->stop_ids.end(), *eos) == m->stop_ids.end()) m->stop_ids.push_back(*eos);
+  }
+  CacheSizing sizing;
+  sizing.block_size = 16;
+  const int64_t per_seq = (o.max_context + sizing.block_size - 1) / sizing.block_size;
+  sizing.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : int32_t(per_seq * o.max_running);
+  m->scheduler = std::make_unique<Scheduler>(
+      *m->loaded.model, sizing,
+      SchedulerConfig{.max_running = o.max_running, .max_step_tokens = o.max_step_tokens, .prefill_chunk = 256,
+                      .prefix_cache = o.prefix_cache});
+  return m;
+}
+
+}  // namespace kestrel::server

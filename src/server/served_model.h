@@ -1,0 +1,42 @@
+// ServedModel: one loaded model with everything the server needs around it — the tokenizer,
+// the chat template, the output format its chat model speaks, and the scheduler that runs it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "chat/output_parser.h"
+#include "engine/scheduler.h"
+#include "model/loader.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::server {
+
+struct ServedModel {
+  std::string name;  // as reported by /v1/models and checked against "model" in requests
+  std::string dir;
+  std::unique_ptr<Ops> ops;
+  LoadedModel loaded;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  std::optional<chat::ChatTemplate> chat_template;  // absent: /v1/chat/completions is refused
+  chat::OutputFormat output_format = chat::plain_output_format();
+  std::unique_ptr<Scheduler> scheduler;
+  std::vector<int32_t> stop_ids;  // EOS ids (config, generation_config, tokenizer)
+};
+
+struct ServeOptions {
+  std::string device = "cpu";
+  std::string name;             // default: the directory's last component
+  int32_t max_running = 16;
+  int64_t max_context = 8192;   // tokens per sequence the KV pool is sized for
+  int32_t kv_blocks = 0;        // 0: max_running x max_context / block
+  int32_t max_step_tokens = 512;
+  bool prefix_cache = true;
+};
+
+// Loads the model, its tokenizer (required) and chat template (optional) from DIR.
+std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const ServeOptions& options);
+
+}  // namespace kestrel::server

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -121,6 +122,16 @@ TEST(RandomModel, NoTemporaryLeftBehindAndOutputReplaced) {
   for (const auto& e : std::filesystem::directory_iterator(work_path(""))) {
     EXPECT_EQ(e.path().filename().string().find("random-replace.tmp"), std::string::npos) << e.path();
   }
+}
+
+// A released size end to end (1.5 GB on disk, tens of seconds): only with KESTREL_SLOW_TESTS=1.
+TEST(RandomModel, Qwen35_0_8B_LoadsAndRuns) {
+  if (!std::getenv("KESTREL_SLOW_TESTS")) GTEST_SKIP() << "set KESTREL_SLOW_TESTS=1 to write and run Qwen3.5-0.8B";
+  const std::string dir = make_random("Qwen3.5-0.8B", "random-qwen3.5-0.8b", 1);
+  const std::vector<float> logits = run_tokens(dir);
+  EXPECT_EQ(logits.size(), size_t(9) * 248320);
+  expect_sane_logits(logits);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RandomModel, UnknownPresetIsRefusedByName) {

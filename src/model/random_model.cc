@@ -109,6 +109,7 @@ template <typename Sink>
 void generate(const TensorSpec& spec, uint64_t seed, ThreadPool& pool, std::vector<uint16_t>& buf, Sink&& sink) {
   const int64_t n = numel(spec.shape);
   const uint64_t base = splitmix64(seed) ^ fnv1a(spec.name);
+  if (n == 0) sink(buf.data(), 0);  // an empty tensor still has to be marked written
   for (int64_t first = 0; first < n; first += kChunk * kBatch) {
     const int64_t count = std::min(n - first, kChunk * kBatch);
     const int64_t chunks = (count + kChunk - 1) / kChunk;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "engine/runner.h"
 #include "malformed_support.h"
 #include "model/loader.h"
 
@@ -66,6 +67,30 @@ TEST(LoaderMalformed, WrongTensorDtype) {
     t["shape"] = {64, 128};
   });
   expect_load_error(dir, {"model.safetensors", "tensor 'model.layers.1.self_attn.q_proj.weight'", "has dtype I32"});
+}
+
+std::vector<float> first_logits(const std::string& dir) {
+  CpuOps ops;
+  LoadedModel lm = load_model(dir, ops);
+  Runner runner(*lm.model, cpu_cache_sizing(lm.config(), 1, 16));
+  SequenceState seq;
+  runner.start(seq);
+  std::vector<int32_t> tokens = {1, 2, 3};
+  return runner.step({{.seq = &seq, .tokens = tokens, .all_logits = true}});
+}
+
+// Not malformed: safetensors does not require aligned tensors (writers that do not pad the header
+// leave every tensor at an odd address). It must load, without misaligned reads, to the same model.
+TEST(LoaderMalformed, UnalignedTensorDataStillLoads) {
+  const std::string dir = copy_fixture("qwen3", "loader-unaligned");
+  const std::string path = path_join(dir, "model.safetensors");
+  json header;
+  std::string data;
+  test::split_safetensors(path, &header, &data);
+  std::string text = header.dump();
+  if ((8 + text.size()) % 2 == 0) text.push_back(' ');
+  test::write_bytes(path, test::safetensors_bytes(text, data));
+  EXPECT_EQ(first_logits(dir), first_logits(test::data_path("fixtures/qwen3")));
 }
 
 TEST(LoaderMalformed, MissingExpert) {
@@ -191,6 +216,14 @@ TEST(ConfigMalformed, MropeSectionDoesNotMatchRotaryDim) {
   const std::string dir = copy_fixture("qwen3_5", "config-mrope");
   edit_config(dir, [](json& c) { c["text_config"]["rope_parameters"]["mrope_section"] = {11, 11, 10}; });
   expect_config_error(dir, {"config.json: text_config", "mrope_section", "sums to 32"});
+}
+
+TEST(ConfigMalformed, MropeSectionHugeEntries) {  // would overflow the sum (UBSan) before the fix
+  const std::string dir = copy_fixture("qwen3_5", "config-mrope-huge");
+  edit_config(dir, [](json& c) {
+    c["text_config"]["rope_parameters"]["mrope_section"] = {int64_t(9e18), int64_t(9e18), 4};
+  });
+  expect_config_error(dir, {"config.json: text_config", "mrope_section", "[0, 1024]"});
 }
 
 TEST(ConfigMalformed, TextConfigNotAnObject) {

@@ -61,7 +61,9 @@ inline void edit_safetensors(const std::string& path, const std::function<void(n
   std::string data;
   split_safetensors(path, &header, &data);
   edit(header, data);
-  write_bytes(path, safetensors_bytes(header.dump(), data));
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // keep the data 8-aligned, as writers do
+  write_bytes(path, safetensors_bytes(text, data));
 }
 
 // Removes one tensor and its bytes, shifting the later offsets so the file stays valid.

@@ -10,11 +10,13 @@ namespace kestrel::cli {
 namespace {
 
 int list_presets() {
-  std::printf("%-20s %-12s %8s %6s %8s %s\n", "name", "model_type", "hidden", "layers", "vocab", "unconfirmed");
+  std::printf("%-20s %-12s %7s %6s %8s %9s %10s  %s\n", "name", "model_type", "hidden", "layers", "vocab", "params",
+              "bf16", "unconfirmed");
   for (const auto& p : model_presets()) {
-    std::printf("%-20s %-12s %8lld %6d %8s %s\n", p.name.c_str(), preset_model_type(p.family),
-                (long long)p.hidden, p.layers, p.vocab ? std::to_string(p.vocab).c_str() : "--vocab",
-                p.unconfirmed.c_str());
+    const uint64_t n = preset_parameter_count(p.name, 512);
+    std::printf("%-20s %-12s %7lld %6d %8s %9s %10s  %s\n", p.name.c_str(), preset_model_type(p.family),
+                (long long)p.hidden, p.layers, p.vocab ? std::to_string(p.vocab).c_str() : "512",
+                human_count(double(n)).c_str(), human_bytes(2.0 * double(n)).c_str(), p.unconfirmed.c_str());
   }
   return 0;
 }

@@ -225,16 +225,34 @@ std::vector<TensorSpec> qwen_tensor_specs(const ModelConfig& cfg) {
   return s;
 }
 
+namespace {
+
+// The preset's config.json, parsed by the architecture that owns it (so random-model writes
+// exactly the tensors the loader will ask for).
+ModelConfig preset_model_config(const ModelPreset& preset, const nlohmann::json& config) {
+  const std::string model_type = config["model_type"].get<std::string>();
+  const Architecture* arch = find_architecture(model_type);
+  KCHECK_MSG(arch, "preset ", preset.name, " has unregistered model_type ", model_type);
+  return arch->parse_config(config, preset.name + " config.json");
+}
+
+}  // namespace
+
+uint64_t preset_parameter_count(const std::string& like, int64_t vocab) {
+  const ModelPreset& preset = find_preset(like);
+  uint64_t n = 0;
+  for (const auto& sp : qwen_tensor_specs(preset_model_config(preset, preset_config(preset, vocab))))
+    n += uint64_t(numel(sp.shape));
+  return n;
+}
+
 RandomModelReport write_random_model(const RandomModelParams& params) {
   const ModelPreset& preset = find_preset(params.like);
   if (preset.vocab == 0 && (params.vocab < 16 || params.vocab > (int64_t(1) << 24)))
     bad_input("--vocab ", params.vocab, " is out of range [16, 16777216]");
   if (params.max_shard_bytes == 0) bad_input("the maximum shard size must be positive");
   const nlohmann::json config = preset_config(preset, params.vocab);
-  const std::string model_type = config["model_type"].get<std::string>();
-  const Architecture* arch = find_architecture(model_type);
-  KCHECK_MSG(arch, "preset ", preset.name, " has unregistered model_type ", model_type);
-  const ModelConfig cfg = arch->parse_config(config, preset.name + " config.json");
+  const ModelConfig cfg = preset_model_config(preset, config);
   const std::vector<TensorSpec> specs = qwen_tensor_specs(cfg);
   const std::vector<Shard> shards = plan_shards(specs, params.max_shard_bytes);
 

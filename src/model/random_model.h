@@ -36,6 +36,9 @@ struct RandomModelReport {
 
 RandomModelReport write_random_model(const RandomModelParams& params);
 
+// The text-weight parameter count random-model writes for a preset (without writing anything).
+uint64_t preset_parameter_count(const std::string& like, int64_t vocab);
+
 // How a tensor is initialised.
 enum class InitKind : uint8_t {
   kNormal,   // N(0, std^2)

@@ -64,7 +64,7 @@ class Rng {
   uint64_t s_[4];
 };
 
-// Fills out[0, n) with the values of `spec` at element offsets [first, first + n), one chunk.
+// Fills out[0, n) with one chunk of `spec`'s values, drawn from the stream `stream_seed`.
 void fill_chunk(const TensorSpec& spec, uint64_t stream_seed, uint16_t* out, int64_t n) {
   Rng rng(stream_seed);
   auto normal_pair = [&](float* a, float* b) {

@@ -144,6 +144,22 @@ TEST(RandomModel, UnknownPresetIsRefusedByName) {
   }
 }
 
+TEST(RandomModel, CommandLine) {
+  const std::string dir = work_path("random-cli");
+  auto run = [](const std::string& args) {
+    const std::string cmd = test::kestrel_binary() + " random-model " + args + " > /dev/null 2>&1";
+    const int st = std::system(cmd.c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  EXPECT_EQ(run("--like tiny-qwen3.5 --out " + dir + " --seed 9 --vocab 300 --quiet"), 0);
+  EXPECT_EQ(load_config(dir).vocab_size, 300);
+  EXPECT_EQ(run("--list"), 0);
+  EXPECT_EQ(run("--like no-such-model --out " + dir), 2);
+  EXPECT_EQ(run("--like tiny-qwen3.5 --out " + dir + " --vocab 3"), 2);
+  EXPECT_EQ(run("--like tiny-qwen3.5"), 2) << "--out is required";
+  EXPECT_EQ(load_config(dir).vocab_size, 300) << "a refused run leaves the previous output alone";
+}
+
 TEST(RandomModelConfig, Qwen35_0_8B_ConfigParses) {
   const std::string dir = work_path("config-qwen3.5-0.8b");
   std::filesystem::create_directories(dir);

@@ -73,6 +73,23 @@ TEST_P(RandomModelTest, TinyPresetLoadsAndRuns) {
   const std::vector<float> logits = run_tokens(dir);
   EXPECT_EQ(logits.size(), size_t(9 * 512));
   expect_sane_logits(logits);
+  // Activations stay O(1) through every layer (the residual stream grows slowly, never explodes).
+  CpuOps ops;
+  LoadedModel lm = load_model(dir, ops);
+  Runner runner(*lm.model, cpu_cache_sizing(lm.config(), 1, 64));
+  SequenceState seq;
+  runner.start(seq);
+  std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  HiddenCapture capture;
+  runner.step({{.seq = &seq, .tokens = prompt}}, &capture);
+  ASSERT_EQ(capture.layers.size(), size_t(lm.config().n_layers) + 1);
+  for (size_t l = 1; l < capture.layers.size(); ++l) {
+    double sum2 = 0;
+    for (float x : capture.layers[l]) sum2 += double(x) * x;
+    const double rms = std::sqrt(sum2 / double(capture.layers[l].size()));
+    EXPECT_GT(rms, 0.05) << "layer " << l;
+    EXPECT_LT(rms, 20.0) << "layer " << l;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, RandomModelTest,

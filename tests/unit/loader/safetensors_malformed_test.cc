@@ -88,6 +88,10 @@ TEST(SafetensorsMalformed, HeaderLengthAbsurd) {  // 2^64 - 1: must not overflow
                     {"exceeds the 100 MB limit"});
 }
 
+TEST(SafetensorsMalformed, HeaderLengthZero) {
+  expect_open_error(write_file_in("hdr-zero", safetensors_bytes("", "")), {"not a JSON object"});
+}
+
 TEST(SafetensorsMalformed, HeaderNotJson) {
   expect_open_error(write_file_in("hdr-notjson", safetensors_bytes("{\"w\": {\"dtype\": F32}}", "")),
                     {"not valid JSON"});
@@ -244,6 +248,15 @@ TEST(SafetensorsShardedMalformed, TensorInAShardButNotInTheIndex) {
                                 kData16 + kData16));
   expect_error([&] { Checkpoint::open_dir(dir); },
                {"model-00001-of-00002.safetensors", "tensor 'z'", "not listed in model.safetensors.index.json"});
+}
+
+TEST(SafetensorsShardedMalformed, TensorInTwoShards) {
+  const std::string dir = sharded_dir("shards-dup", [](json&) {});
+  write_bytes(path_join(dir, "model-00002-of-00002.safetensors"),
+              safetensors_bytes(header_with({{"a", f32({2, 2}, 0, 16)}, {"b", f32({2, 2}, 16, 32)}}),
+                                kData16 + kData16));
+  expect_error([&] { Checkpoint::open_dir(dir); },
+               {"model-00002-of-00002.safetensors", "tensor 'a'", "more than one shard"});
 }
 
 TEST(SafetensorsShardedMalformed, IndexShardNameEscapesTheDirectory) {

@@ -160,6 +160,8 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
     if (shard.empty() || shard.find('/') != std::string::npos || shard == "..")
       bad_input(index_path, ": weight_map['", it.key(), "'] names '", shard, "', not a file in the model directory");
     if (!shards.count(shard)) {
+      if (!file_exists(path_join(dir, shard)))
+        bad_input(index_path, ": tensor '", it.key(), "' is mapped to shard ", shard, ", which does not exist in ", dir);
       ck.files_.push_back(std::make_unique<SafetensorsFile>(SafetensorsFile::open(path_join(dir, shard))));
       shards[shard] = ck.files_.back().get();
     }
@@ -237,11 +239,21 @@ void SafetensorsWriter::begin() {
 }
 
 void SafetensorsWriter::write_tensor(const std::string& name, const void* data, uint64_t nbytes) {
+  KCHECK(partial_ == 0);
+  KCHECK_MSG(next_ < pending_.size() && pending_[next_]->nbytes == nbytes, "tensor ", name, " byte count mismatch");
+  write_chunk(name, data, nbytes);
+}
+
+void SafetensorsWriter::write_chunk(const std::string& name, const void* data, uint64_t nbytes) {
   KCHECK(impl_->file);
   KCHECK_MSG(next_ < pending_.size() && pending_[next_]->name == name, "tensor ", name, " written out of order");
-  KCHECK_MSG(pending_[next_]->nbytes == nbytes, "tensor ", name, " byte count mismatch");
+  KCHECK_MSG(partial_ + nbytes <= pending_[next_]->nbytes, "tensor ", name, " written past its declared size");
   impl_->file->write(data, nbytes);
-  ++next_;
+  partial_ += nbytes;
+  if (partial_ == pending_[next_]->nbytes) {
+    partial_ = 0;
+    ++next_;
+  }
 }
 
 void SafetensorsWriter::finish() {

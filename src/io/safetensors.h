@@ -76,6 +76,9 @@ class SafetensorsWriter {
   // Writes the header; afterwards call write_tensor for every declared tensor in declaration order.
   void begin();
   void write_tensor(const std::string& name, const void* data, uint64_t nbytes);
+  // Streams a tensor in pieces: consecutive calls for the same tensor append until its declared
+  // byte count is reached, so a large tensor never has to be held in memory whole.
+  void write_chunk(const std::string& name, const void* data, uint64_t nbytes);
   void finish();
 
  private:
@@ -84,6 +87,7 @@ class SafetensorsWriter {
   std::vector<std::unique_ptr<Pending>> pending_;
   std::map<std::string, std::string> metadata_;
   size_t next_ = 0;
+  uint64_t partial_ = 0;  // bytes of pending_[next_] written so far by write_chunk
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -42,10 +42,21 @@ const TensorInfo& WeightLoader::lookup(const std::string& full, const std::vecto
   return *info;
 }
 
-Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols, bool raw) {
-  const TensorInfo& info = lookup(raw ? name : prefix_ + name, {rows, cols});
+// The tensor's bytes as a host view the kernels may read element-wise. safetensors does not
+// require tensors to be aligned to their element size (files from writers that do not pad the
+// header are valid), and the kernels' typed loads need it: such a tensor is copied once.
+Tensor WeightLoader::host_view(const TensorInfo& info, int64_t rows, int64_t cols) {
   Tensor host{.dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data),
               .rows = rows, .cols = cols};
+  if (reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) == 0) return host;
+  Buffer copy = host_buffer(info.dtype, rows, cols);
+  std::memcpy(copy.view().data, info.data, info.nbytes);
+  return keep(std::move(copy));
+}
+
+Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols, bool raw) {
+  const TensorInfo& info = lookup(raw ? name : prefix_ + name, {rows, cols});
+  Tensor host = host_view(info, rows, cols);
   if (ops_.device() == Device::kCpu) return host;
   return keep(ops_.upload(host));
 }
@@ -56,7 +67,13 @@ Tensor WeightLoader::f32(const std::string& name, const std::vector<int64_t>& sh
   const int64_t n = info.numel();
   const int64_t rows = as_matrix ? shape[0] : 1;
   Buffer host = host_buffer(DType::kF32, rows, n / rows);
+  Buffer aligned;  // a copy only where the mapped bytes are misaligned
   Tensor src{.dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data), .rows = 1, .cols = n};
+  if (reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) != 0) {
+    aligned = host_buffer(info.dtype, 1, n);
+    std::memcpy(aligned.view().data, info.data, info.nbytes);
+    src.data = aligned.view().data;
+  }
   cpu::load_row(src, 0, host.view().f32());
   if (fn) {
     float* p = host.view().f32();

@@ -42,6 +42,7 @@ class WeightLoader {
 
  private:
   const TensorInfo& lookup(const std::string& full, const std::vector<int64_t>& shape);
+  Tensor host_view(const TensorInfo& info, int64_t rows, int64_t cols);
 
   const Checkpoint& ckpt_;
   Ops& ops_;

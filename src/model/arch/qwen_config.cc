@@ -50,7 +50,9 @@ void parse_rope(const JsonFields& f, ModelConfig& cfg) {
       int64_t sum = 0;
       if (!sec.is_array()) bad_input(rp.field("mrope_section"), " must be a list of integers");
       for (const auto& s : sec) {
-        if (!s.is_number_integer() || s.get<int64_t>() < 0) bad_input(rp.field("mrope_section"), " must be a list of non-negative integers");
+        // Bounded before summing: a huge entry must not overflow the sum.
+        if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() > 1024)
+          bad_input(rp.field("mrope_section"), " must be a list of integers in [0, 1024], got ", sec.dump());
         sum += s.get<int64_t>();
       }
       cfg.attn.rope.freq_dim = 0;

@@ -1,0 +1,87 @@
+// kestrel info: what a checkpoint directory holds and how much memory running it takes.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "model/model_info.h"
+
+namespace kestrel::cli {
+namespace {
+
+void print_text(const ModelInfo& info) {
+  const ModelConfig& c = info.config;
+  auto row = [](const char* key, const std::string& value) { std::printf("%-16s %s\n", key, value.c_str()); };
+  row("model", info.dir);
+  row("architecture", info.architecture.empty() ? "(not given)" : info.architecture);
+  row("model_type", c.model_type + (info.text_model_type.empty() ? "" : " (text: " + info.text_model_type + ")"));
+  row("layers", std::to_string(c.n_layers) + ": " + info.layer_pattern);
+  row("hidden", cat(c.hidden_size, ", vocab ", c.vocab_size, ", context ", c.max_positions,
+                    c.tie_embeddings ? ", tied embeddings" : ""));
+  const int n_attn = c.count_layers(LayerKind::kFullAttention) + c.count_layers(LayerKind::kSlidingAttention);
+  if (n_attn > 0) {
+    row("attention", cat(c.attn.n_heads, " heads / ", c.attn.n_kv_heads, " KV heads x ", c.attn.head_dim,
+                         c.attn.output_gate ? ", gated output" : "", ", rotary ", c.attn.rope.rotary_dim,
+                         " dims, theta ", c.attn.rope.theta));
+  }
+  if (c.count_layers(LayerKind::kLinearAttention) > 0) {
+    const auto& g = c.gdn;
+    row("gated deltanet", cat(g.n_k_heads, " key heads x ", g.k_head_dim, ", ", g.n_v_heads, " value heads x ",
+                              g.v_head_dim, ", conv ", g.conv_kernel));
+  }
+  int moe_layers = 0;
+  for (bool m : c.layer_moe) moe_layers += m;
+  if (moe_layers < c.n_layers) row("mlp", cat("SwiGLU ", c.ffn_size, " on ", c.n_layers - moe_layers, " layers"));
+  if (moe_layers > 0) {
+    row("experts", cat(c.moe.n_experts, " (top-", c.moe.top_k, ", ffn ", c.moe.expert_ffn,
+                       c.moe.shared_ffn ? cat(", shared ", c.moe.shared_ffn) : std::string(), ") on ", moe_layers,
+                       " layers"));
+  }
+  row("parameters", cat(human_count(double(info.n_params)), " (", info.n_params, ", text weights)"));
+  if (info.n_other_tensors > 0)
+    row("not used", cat(info.n_other_tensors, " tensors, ", human_count(double(info.other_params)),
+                        " parameters (vision tower, MTP, ...)"));
+  row("weights", cat(human_bytes(double(info.weight_bytes)), " (", info.weight_dtypes, ")"));
+  row("kv cache", cat(human_bytes(double(info.kv_bytes_per_token)), " per token (", n_attn,
+                      " attention layers, F32)"));
+  if (info.state_bytes_per_seq > 0)
+    row("state", cat(human_bytes(double(info.state_bytes_per_seq)), " per sequence (",
+                     c.count_layers(LayerKind::kLinearAttention), " linear-attention layers, F32)"));
+  row("memory", cat(human_bytes(double(info.total_bytes)), " for ", info.plan.seqs, " x ", info.plan.ctx,
+                    " tokens: weights ", human_bytes(double(info.weight_bytes)), " + KV ",
+                    human_bytes(double(info.kv_bytes)), " + state ", human_bytes(double(info.state_bytes)),
+                    " (activations not included)"));
+  if (info.plan.ctx > c.max_positions)
+    row("warning", cat("--ctx ", info.plan.ctx, " is beyond the model's context of ", c.max_positions, " tokens"));
+}
+
+int run_info(const Args& args) {
+  MemoryPlanParams plan{
+      .ctx = args.get_int("ctx", 4096, 1, int64_t(1) << 24),
+      .seqs = int32_t(args.get_int("seqs", 1, 1, 1 << 20)),
+  };
+  ModelInfo info = model_info(args.require("model"), plan);
+  if (args.flag("json")) {
+    std::printf("%s\n", model_info_json(info).dump(1).c_str());
+  } else {
+    print_text(info);
+  }
+  return 0;
+}
+
+const Registrar kReg{{
+    .name = "info",
+    .summary = "show a model's architecture, parameter count and memory needs",
+    .usage = "kestrel info -m DIR [--ctx N] [--seqs N] [--json]",
+    .details = "Reads config.json and the safetensors headers (no weights are loaded): architecture, layer\n"
+               "pattern, shapes, parameter count of the text weights, KV-cache bytes per token, recurrent\n"
+               "state per sequence, and the memory for --seqs sequences of --ctx tokens.",
+    .options = {{"model", "m", "DIR", "model directory (config.json + safetensors)", ""},
+                {"ctx", "", "N", "context length for the memory plan", "4096"},
+                {"seqs", "", "N", "sequences live at once for the memory plan", "1"},
+                {"json", "", "", "print one JSON object", ""}},
+    .run = run_info,
+}};
+
+}  // namespace
+}  // namespace kestrel::cli

@@ -6,9 +6,11 @@ namespace kestrel {
 
 CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
   CacheCosts c;
-  const uint64_t kv_row = uint64_t(cfg.attn.n_kv_heads) * cfg.attn.head_dim * 4;
-  const int n_attn = cfg.count_layers(LayerKind::kFullAttention) + cfg.count_layers(LayerKind::kSlidingAttention);
-  c.bytes_per_block = 2 * kv_row * uint64_t(block_size) * uint64_t(n_attn);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (!cfg.is_attention(l) || cfg.kv_source(l) != l) continue;  // KV-shared layers own no cache
+    const auto& a = cfg.attn_for(l);
+    c.bytes_per_block += 2 * uint64_t(a.n_kv_heads) * uint64_t(a.head_dim) * 4 * uint64_t(block_size);
+  }
   const int n_lin = cfg.count_layers(LayerKind::kLinearAttention);
   const auto& g = cfg.gdn;
   c.bytes_per_slot = uint64_t(n_lin) * 4 *
@@ -23,15 +25,17 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
   v_.resize(size_t(L));
   conv_.resize(size_t(L));
   ssm_.resize(size_t(L));
-  const int64_t kv_width = int64_t(cfg.attn.n_kv_heads) * cfg.attn.head_dim;
   const int64_t rows = int64_t(sizing.n_blocks) * sizing.block_size;
   for (int l = 0; l < L; ++l) {
     switch (cfg.layer_kinds[size_t(l)]) {
       case LayerKind::kFullAttention:
-      case LayerKind::kSlidingAttention:
+      case LayerKind::kSlidingAttention: {
+        if (cfg.kv_source(l) != l) break;  // reads another layer's cache
+        const int64_t kv_width = int64_t(cfg.attn_for(l).n_kv_heads) * cfg.attn_for(l).head_dim;
         k_[size_t(l)] = ops.alloc(DType::kF32, rows, kv_width);
         v_[size_t(l)] = ops.alloc(DType::kF32, rows, kv_width);
         break;
+      }
       case LayerKind::kLinearAttention: {
         const auto& g = cfg.gdn;
         has_state_ = true;
@@ -42,13 +46,18 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
     }
   }
   // Hand out low ids first: pop_back from a descending list.
+  kv_source_.resize(size_t(L));
+  for (int l = 0; l < L; ++l) kv_source_[size_t(l)] = cfg.kv_source(l);
   for (int32_t b = sizing.n_blocks - 1; b >= 0; --b) free_blocks_.push_back(b);
   if (has_state_) {
     for (int32_t s = sizing.n_slots - 1; s >= 0; --s) free_slots_.push_back(s);
   }
 }
 
-KvLayerView ModelCache::kv(int layer) const { return {k_[size_t(layer)].view(), v_[size_t(layer)].view()}; }
+KvLayerView ModelCache::kv(int layer) const {
+  const size_t src = size_t(kv_source_[size_t(layer)]);
+  return {k_[src].view(), v_[src].view()};
+}
 
 StateLayerView ModelCache::state(int layer) const {
   return {conv_[size_t(layer)].view(), ssm_[size_t(layer)].view()};

@@ -1,7 +1,9 @@
 // ModelCache: the hybrid cache of one model on one backend.
 //
 // Attention layers share one pool of fixed-size KV blocks: a sequence holds a block table (the
-// same for every attention layer) covering its positions. Linear-attention layers keep a conv
+// same for every attention layer) covering its positions. Each attention layer's K/V rows have
+// that layer's own width (n_kv_heads x head_dim, which may differ between sliding and full
+// layers); a KV-shared layer owns no cache and kv() returns its source layer's. Linear-attention layers keep a conv
 // state and a recurrent state per sequence slot. Both are sized once, up front.
 #pragma once
 
@@ -33,7 +35,7 @@ class ModelCache {
   ModelCache& operator=(const ModelCache&) = delete;
 
   const CacheSizing& sizing() const { return sizing_; }
-  KvLayerView kv(int layer) const;
+  KvLayerView kv(int layer) const;  // the source layer's cache for a KV-shared layer
   StateLayerView state(int layer) const;
 
   // Grows `table` so it covers n_positions; false (table unchanged) when the pool is exhausted.
@@ -54,6 +56,7 @@ class ModelCache {
   bool has_state_ = false;
   std::vector<Buffer> k_, v_, conv_, ssm_;  // [n_layers]; empty where the layer has no such cache
   std::vector<int32_t> free_blocks_, free_slots_;
+  std::vector<int> kv_source_;  // [n_layers]
 };
 
 }  // namespace kestrel

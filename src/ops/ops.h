@@ -36,9 +36,16 @@ struct AttentionParams {
   int window = 0;  // > 0: attend to the last `window` positions only (sliding window)
 };
 
-// The routed experts of one MoE layer. Expert e's matrices: gate [F, H], up [F, H], down [H, F].
+// The gate activation of a gated MLP: silu (SwiGLU) or gelu with the tanh approximation (GeGLU,
+// transformers' "gelu_pytorch_tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+enum class Activation : uint8_t { kSilu, kGeluTanh };
+
+// The routed experts of one MoE layer. Expert e's matrices: gate [F, H], up [F, H], down [H, F]
+// (views; a fused gate_up checkpoint tensor is split into row ranges at load).
 struct ExpertWeights {
   std::vector<Tensor> gate, up, down;
+  Activation act = Activation::kSilu;
+  Tensor expert_scale;  // F32 [1, E] or empty: routing weight of expert e multiplied by expert_scale[e]
 };
 
 class Ops {
@@ -71,6 +78,12 @@ class Ops {
   virtual void mul_sigmoid(const Tensor& x, const Tensor& gate) = 0;
   // out[T, F] = silu(gate) * up.
   virtual void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // out[T, F] = gelu_tanh(gate) * up (see Activation). out may be gate or up.
+  virtual void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // x *= s (every element).
+  virtual void scale(const Tensor& x, float s) = 0;
+  // out[T, n] = x[:, begin : begin + n] (a column block of x [T, C]).
+  virtual void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) = 0;
   // out[R, C] = x[rows[r], :]
   virtual void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) = 0;
   // x = cap * tanh(x / cap)
@@ -81,11 +94,18 @@ class Ops {
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
 
   // ---- attention ----
-  // Rotates the first rope.rotary_dim dims of each head of x [T, n_heads * head_dim] in place
-  // (rotate-half pairing: i with i + rotary_dim/2) at the plan's positions.
+  // RoPE on each head of x [T, n_heads * head_dim] in place, at the plan's positions. The angle
+  // of pair i is pos * inv_freq[i], inv_freq[i] = theta^(-2i / F) (F = rope.freq_dim, or
+  // rope.rotary_dim when 0), formed in fp32 as transformers does. Pairing (rotate_half):
+  //   default:               (i, i + rotary_dim/2) for i < rotary_dim/2; dims >= rotary_dim untouched;
+  //   rope.whole_head_pairs: (i, i + head_dim/2) for i < rotary_dim/2; the other pairs untouched
+  //                          (Gemma 4 "proportional" RoPE: frequency 0 for the non-rotated pairs).
   virtual void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) = 0;
   // Writes k, v [T, n_kv * head_dim] into the cache at the plan's positions, then
-  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's cache.
+  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's cache
+  // (positions [max(0, p - window + 1), p] when p.window > 0). k and v may both be empty: then
+  // nothing is written and q attends over the cache as it is (a KV-shared layer reading the cache
+  // its source layer already wrote this step).
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                          const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) = 0;
 
@@ -110,7 +130,8 @@ class Ops {
   // renormalized when norm_topk).
   virtual void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                          bool norm_topk) = 0;
-  // out[T, H] = sum_j weights[t, j] * down_e(silu(gate_e x) * up_e x), e = ids[t, j], summed in j order.
+  // out[T, H] = sum_j w[t, j] * down_e(act(gate_e x) * up_e x), e = ids[t, j], summed in j order,
+  // act = experts.act, w[t, j] = weights[t, j] (times experts.expert_scale[e] when given).
   virtual void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts) = 0;
 };

@@ -24,13 +24,15 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
                const AttentionParams& p, const StepPlan& plan) {
   const int hd = p.head_dim;
   const int64_t kv_width = int64_t(p.n_kv_heads) * hd;
-  KCHECK(q.cols == int64_t(p.n_heads) * hd && k.cols == kv_width && v.cols == kv_width);
+  const bool append = !k.empty();  // empty k/v: read the cache only (KV-shared layer)
+  KCHECK(k.empty() == v.empty());
+  KCHECK(q.cols == int64_t(p.n_heads) * hd && (!append || (k.cols == kv_width && v.cols == kv_width)));
   KCHECK(cache.k.cols == kv_width && out.cols == q.cols && out.rows == q.rows);
   KCHECK(p.n_heads % p.n_kv_heads == 0);
   const int group = p.n_heads / p.n_kv_heads;
 
   // 1. append this step's keys and values
-  for (int64_t r = 0; r < k.rows; ++r) {
+  for (int64_t r = 0; append && r < k.rows; ++r) {
     const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
     KCHECK(plan.positions[size_t(r)] < int64_t(s.n_blocks) * plan.block_size);
     int64_t row = cache_row(plan, s, plan.positions[size_t(r)]);

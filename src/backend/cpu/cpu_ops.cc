@@ -37,6 +37,11 @@ void CpuOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float
 void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cpu::add(out, a, b); }
 void CpuOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cpu::mul_sigmoid(x, gate); }
 void CpuOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) { cpu::silu_mul(out, gate, up); }
+void CpuOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cpu::gelu_tanh_mul(out, gate, up);
+}
+void CpuOps::scale(const Tensor& x, float s) { cpu::scale(x, s); }
+void CpuOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cpu::slice_cols(out, x, begin); }
 void CpuOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   cpu::gather_rows(out, x, rows);
 }

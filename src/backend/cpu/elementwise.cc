@@ -10,6 +10,11 @@ namespace {
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// gelu, tanh approximation, evaluated in double and rounded once.
+inline float gelu_tanh(float x) {
+  const double d = x;
+  return float(0.5 * d * (1.0 + std::tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+}
 
 // 1 / rms of n floats; the sum of squares in double, in index order.
 inline float inv_rms(const float* x, int64_t n, float eps) {
@@ -129,6 +134,28 @@ void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const float* g = gate.f32();
   const float* u = up.f32();
   for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = silu(g[i]) * u[i];
+}
+
+void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  KCHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
+  float* o = out.f32();
+  const float* g = gate.f32();
+  const float* u = up.f32();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+}
+
+void scale(const Tensor& x, float s) {
+  float* p = x.f32();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+}
+
+void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) {
+  KCHECK(out.rows == x.rows && out.dtype == x.dtype && begin >= 0 && begin + out.cols <= x.cols);
+  const size_t es = dtype_size(x.dtype);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r * out.cols) * es,
+                static_cast<const uint8_t*>(x.data) + size_t(r * x.cols + begin) * es, size_t(out.cols) * es);
+  }
 }
 
 void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {

@@ -1,5 +1,6 @@
-// rope: rotary position embedding, rotate-half (NEOX) pairing over the leading rotary_dim dims
-// of every head. Angles are formed in fp32 (position x inverse frequency), as transformers does.
+// rope: rotary position embedding, rotate-half (NEOX) pairing: over the leading rotary_dim dims
+// of every head, or (whole_head_pairs) pairs (i, i + head_dim/2) of which the first rotary_dim/2
+// rotate. Angles are formed in fp32 (position x inverse frequency), as transformers does.
 #include <cmath>
 #include <vector>
 
@@ -13,7 +14,9 @@ void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& 
   if (rot == 0) return;
   KCHECK(rot % 2 == 0 && rot <= head_dim && x.cols % head_dim == 0);
   KCHECK(x.rows == plan.n_rows());
-  const int half = rot / 2;
+  const int half = rot / 2;                                    // rotating pairs
+  const int span = cfg.whole_head_pairs ? head_dim / 2 : half;  // distance between a pair's dims
+  KCHECK(!cfg.whole_head_pairs || (head_dim % 2 == 0 && half <= span));
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   std::vector<float> inv_freq(half);
   for (int i = 0; i < half; ++i) {
@@ -33,9 +36,9 @@ void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& 
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x.f32() + r * x.cols + h * head_dim;
         for (int i = 0; i < half; ++i) {
-          float a = v[i], b = v[i + half];
+          float a = v[i], b = v[i + span];
           v[i] = a * cs[i] - b * sn[i];
-          v[i + half] = b * cs[i] + a * sn[i];
+          v[i + span] = b * cs[i] + a * sn[i];
         }
       }
     }

@@ -7,15 +7,19 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
   Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
-  Tensor k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
-  Tensor v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
   ops.matmul(q, x, w.q);
-  ops.matmul(k, x, w.k);
-  ops.matmul(v, x, w.v);
   if (!w.q_norm.empty()) ops.head_rms_norm(q, w.q_norm, hd, eps);
-  if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
   ops.rope(q, hd, cfg.rope, plan);
-  ops.rope(k, hd, cfg.rope, plan);
+  Tensor k, v;  // stay empty for a KV-shared layer
+  if (!w.k.empty()) {
+    k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+    v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+    ops.matmul(k, x, w.k);
+    ops.matmul(v, x, w.v.empty() ? w.k : w.v);  // K = V: the same projection, before k's norm and RoPE
+    if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
+    if (cfg.v_norm) ops.head_rms_norm(v, Tensor{}, hd, eps);
+    ops.rope(k, hd, cfg.rope, plan);
+  }
   Tensor o = ws.take(T, q.cols);
   ops.attention(o, q, k, v, cache,
                 {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
@@ -54,7 +58,11 @@ void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, co
   Tensor u = ws.take(T, F);
   ops.matmul(g, x, w.gate);
   ops.matmul(u, x, w.up);
-  ops.silu_mul(g, g, u);
+  if (w.act == Activation::kGeluTanh) {
+    ops.gelu_tanh_mul(g, g, u);
+  } else {
+    ops.silu_mul(g, g, u);
+  }
   ops.matmul(y, g, w.down);
 }
 

@@ -10,10 +10,12 @@
 namespace kestrel {
 
 // Softmax attention. Gated attention (Qwen3-Next / 3.5) has `gate`; q/k norms are optional.
+// K = V (cfg.k_eq_v): v is empty and V comes from the k projection. A KV-shared layer (Gemma 4)
+// has neither k nor v: it attends over the cache its source layer wrote.
 struct AttentionWeights {
   Tensor q;       // [n_heads * head_dim, H]
   Tensor gate;    // [n_heads * head_dim, H] or empty
-  Tensor k, v;    // [n_kv_heads * head_dim, H]
+  Tensor k, v;    // [n_kv_heads * head_dim, H]; v empty when K = V; both empty when KV-shared
   Tensor o;       // [H, n_heads * head_dim]
   Tensor q_norm;  // F32 [1, head_dim] or empty
   Tensor k_norm;  // F32 [1, head_dim] or empty
@@ -32,10 +34,11 @@ struct DeltaNetWeights {
   Tensor out;      // [H, n_v * dv]
 };
 
-// SwiGLU MLP: down(silu(gate x) * up x).
+// Gated MLP: down(act(gate x) * up x), act silu (SwiGLU) or gelu-tanh (GeGLU).
 struct MlpWeights {
   Tensor gate, up;  // [F, H]
   Tensor down;      // [H, F]
+  Activation act = Activation::kSilu;
 };
 
 struct MoeWeights {

@@ -10,7 +10,10 @@ CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
     if (!cfg.is_attention(l) || cfg.kv_source(l) != l) continue;  // KV-shared layers own no cache
     const auto& a = cfg.attn_for(l);
     c.bytes_per_block += 2 * uint64_t(a.n_kv_heads) * uint64_t(a.head_dim) * 4 * uint64_t(block_size);
+    if (!cfg.layer_attn.empty())
+      c.bytes_per_block += uint64_t(cfg.layer_attn[size_t(l)].index_key_dim) * 4 * uint64_t(block_size);
   }
+  for (int64_t n : cfg.layer_aux_state) c.bytes_per_slot += uint64_t(n) * 4;
   const int n_lin = cfg.count_layers(LayerKind::kLinearAttention);
   const auto& g = cfg.gdn;
   c.bytes_per_slot = uint64_t(n_lin) * 4 *
@@ -22,6 +25,7 @@ CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
 ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : ops_(ops), sizing_(sizing) {
   const int L = cfg.n_layers;
   k_.resize(size_t(L));
+  index_k_.resize(size_t(L));
   v_.resize(size_t(L));
   conv_.resize(size_t(L));
   ssm_.resize(size_t(L));
@@ -34,6 +38,8 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
         const int64_t kv_width = int64_t(cfg.attn_for(l).n_kv_heads) * cfg.attn_for(l).head_dim;
         k_[size_t(l)] = ops.alloc(DType::kF32, rows, kv_width);
         v_[size_t(l)] = ops.alloc(DType::kF32, rows, kv_width);
+        if (!cfg.layer_attn.empty() && cfg.layer_attn[size_t(l)].index_key_dim > 0)
+          index_k_[size_t(l)] = ops.alloc(DType::kF32, rows, cfg.layer_attn[size_t(l)].index_key_dim);
         break;
       }
       case LayerKind::kLinearAttention: {
@@ -46,6 +52,12 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
     }
   }
   // Hand out low ids first: pop_back from a descending list.
+  aux_.resize(size_t(L));
+  for (size_t l = 0; l < cfg.layer_aux_state.size(); ++l) {
+    if (cfg.layer_aux_state[l] > 0) aux_[l] = ops.alloc(DType::kF32, sizing.n_slots, cfg.layer_aux_state[l]);
+  }
+  token_context_ = cfg.token_context;
+  token_ctx_.assign(size_t(sizing.n_slots) * size_t(token_context_), 0);
   kv_source_.resize(size_t(L));
   for (int l = 0; l < L; ++l) kv_source_[size_t(l)] = cfg.kv_source(l);
   for (int32_t b = sizing.n_blocks - 1; b >= 0; --b) free_blocks_.push_back(b);
@@ -56,11 +68,11 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
 
 KvLayerView ModelCache::kv(int layer) const {
   const size_t src = size_t(kv_source_[size_t(layer)]);
-  return {k_[src].view(), v_[src].view()};
+  return {k_[src].view(), v_[src].view(), index_k_[src].view()};
 }
 
 StateLayerView ModelCache::state(int layer) const {
-  return {conv_[size_t(layer)].view(), ssm_[size_t(layer)].view()};
+  return {conv_[size_t(layer)].view(), ssm_[size_t(layer)].view(), aux_[size_t(layer)].view()};
 }
 
 bool ModelCache::reserve(std::vector<int32_t>& table, int64_t n_positions) {
@@ -96,6 +108,7 @@ void ModelCache::reset_slot(int32_t slot) {
   for (size_t l = 0; l < conv_.size(); ++l) {
     if (!conv_[l].empty()) ops_.zero_rows(conv_[l], slot);
     if (!ssm_[l].empty()) ops_.zero_rows(ssm_[l], slot);
+    if (!aux_[l].empty()) ops_.zero_rows(aux_[l], slot);
   }
 }
 

@@ -49,12 +49,20 @@ class ModelCache {
   void reset_slot(int32_t slot);
   int32_t free_slots() const { return int32_t(free_slots_.size()); }
   bool needs_slots() const { return has_state_; }
+  // Host-side per-slot token context (the last cfg.token_context ids of the sequence, oldest
+  // first; meaningful once the sequence has cached tokens). Null when the model keeps none.
+  int32_t* token_context(int32_t slot) {
+    return token_context_ > 0 ? token_ctx_.data() + size_t(slot) * size_t(token_context_) : nullptr;
+  }
 
  private:
   Ops& ops_;
   CacheSizing sizing_;
   bool has_state_ = false;
   std::vector<Buffer> k_, v_, conv_, ssm_;  // [n_layers]; empty where the layer has no such cache
+  std::vector<Buffer> index_k_, aux_;       // [n_layers]; QSA indexer keys, extra conv state
+  int token_context_ = 0;
+  std::vector<int32_t> token_ctx_;          // host [n_slots, token_context]
   std::vector<int32_t> free_blocks_, free_slots_;
   std::vector<int> kv_source_;  // [n_layers]
 };

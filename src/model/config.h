@@ -16,6 +16,11 @@ enum class LayerKind : uint8_t {
 
 const char* layer_kind_name(LayerKind kind);
 
+// The gate activation of a gated MLP or gated norm: silu (SwiGLU), gelu with the tanh
+// approximation (GeGLU, transformers' "gelu_pytorch_tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3)))), or sigmoid.
+enum class Activation : uint8_t { kSilu, kGeluTanh, kSigmoid };
+
 struct RopeConfig {
   double theta = 10000.0;
   int rotary_dim = 0;        // dims of each head that rotate (rotate_half pairing); 0 = no RoPE
@@ -45,6 +50,7 @@ struct DeltaNetConfig {
   int k_head_dim = 0;
   int v_head_dim = 0;
   int conv_kernel = 0;
+  Activation gate_act = Activation::kSilu;  // of the output gate (rmsnorm(o) * act(z))
   int conv_dim() const { return 2 * n_k_heads * k_head_dim + n_v_heads * v_head_dim; }
 };
 
@@ -63,6 +69,25 @@ struct LayerAttention {
   AttentionConfig attn;
   int kv_source = -1;  // the layer whose KV cache this layer reads (itself unless it shares)
   int window = 0;      // > 0: sliding-window layer of this many positions
+  int index_key_dim = 0;  // > 0: QSA layer caching a raw indexer key of this width per position
+};
+
+// Qwen4-Exp: hyper-connections, hashed n-gram per-layer embeddings (PLE), the QSA indexer.
+struct Qwen4ExpConfig {
+  int hc_count = 0;               // residual streams
+  int hc_lowrank = 0;             // rank of the input mixer
+  std::vector<int> ple_index;     // [n_layers] PLE module index of the layer, -1 = none
+  int ngram_size = 0;             // n-grams of orders 2..ngram_size
+  int heads_per_ngram = 0;
+  int ple_embed_dim = 0;          // concatenated width of all n-gram heads
+  int ple_conv_kernel = 0;        // dilated conv kernel (dilation = ngram_size)
+  int64_t ngram_vocab_base = 0;
+  int64_t ngram_vocab_divisor = 1;
+  uint64_t seed = 0;
+  int ngram_shards = 1;           // checkpoint shards of each n-gram table (row-wise)
+  int eos = -1;                   // resets n-gram contexts
+  int index_heads = 0, index_head_dim = 0, index_budget = 0, index_ratio = 0;
+  int ngram_heads() const { return (ngram_size - 1) * heads_per_ngram; }
 };
 
 struct ModelConfig {
@@ -91,6 +116,11 @@ struct ModelConfig {
   int per_layer_input_dim = 0;         // Gemma 4 per-layer embeddings width (0 = none)
   int64_t per_layer_vocab = 0;         // rows of embed_tokens_per_layer
   std::vector<int64_t> layer_ffn;      // [n_layers] dense MLP width per layer, or empty: ffn_size
+  Qwen4ExpConfig q4;
+  // Extra per-sequence state (sized once, like DeltaNet's): F32 values per slot per layer
+  // (empty = none) and a host-side token context of this many ids per slot.
+  std::vector<int64_t> layer_aux_state;
+  int token_context = 0;
 
   std::vector<int> eos_token_ids;      // from config / generation_config (may be empty)
   int bos_token_id = -1;

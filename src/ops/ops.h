@@ -18,14 +18,16 @@ namespace kestrel {
 
 // One attention layer's slice of the paged KV cache.
 struct KvLayerView {
-  Tensor k;  // [n_blocks * block_size, n_kv_heads * head_dim]
-  Tensor v;  // same; may alias k's storage layout but not its memory
+  Tensor k;        // [n_blocks * block_size, n_kv_heads * head_dim]
+  Tensor v;        // same; may alias k's storage layout but not its memory
+  Tensor index_k;  // [n_blocks * block_size, index_head_dim] raw QSA indexer keys, or empty
 };
 
 // One linear-attention layer's recurrent state, one row per slot.
 struct StateLayerView {
   Tensor conv;  // [n_slots, conv_dim * (conv_kernel - 1)]: last inputs, oldest first, per channel
   Tensor ssm;   // [n_slots, n_v_heads * k_head_dim * v_head_dim]: S[h][dk][dv]
+  Tensor aux;   // [n_slots, n] or empty: a layer's extra conv state (Qwen4-Exp PLE's dilated conv)
 };
 
 struct AttentionParams {
@@ -34,11 +36,20 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 1.0f;
   int window = 0;  // > 0: attend to the last `window` positions only (sliding window)
+  // I32 [T, S] or empty: the positions each row attends (sparse attention, e.g. QSA), -1 = unused
+  // slot; order free. Each listed position must be <= the row's position.
+  Tensor select;
 };
 
-// The gate activation of a gated MLP: silu (SwiGLU) or gelu with the tanh approximation (GeGLU,
-// transformers' "gelu_pytorch_tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
-enum class Activation : uint8_t { kSilu, kGeluTanh };
+// One QSA (Qwen4-Exp sparse attention) indexer: which cached positions each query row attends.
+struct QsaParams {
+  int n_heads = 0;     // indexer query heads
+  int head_dim = 0;    // indexer head size (one key head)
+  int budget = 0;      // tokens taken from the best complete blocks (a multiple of ratio)
+  int ratio = 0;       // keys averaged into one block
+  float eps = 1e-6f;   // of the pooled keys' RMSNorm
+  RopeConfig rope;     // applied to the pooled keys at each block's first position
+};
 
 // The routed experts of one MoE layer. Expert e's matrices: gate [F, H], up [F, H], down [H, F]
 // (views; a fused gate_up checkpoint tensor is split into row ranges at load).
@@ -88,6 +99,27 @@ class Ops {
   virtual void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, float cap) = 0;
+  // x = act(x) in place (silu, sigmoid or gelu-tanh).
+  virtual void activation(const Tensor& x, Activation act) = 0;
+  // out = a * b elementwise (out may be a or b).
+  virtual void mul(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // RMSNorm of each `group`-wide column block of each row: out = x / rms(group) * w, w F32
+  // [1, x.cols] (a weight per column, not per group) or empty. out may be x.
+  virtual void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) = 0;
+  // out[N, D] = rows ids[i] of the concatenation of `shards` (each [rows_k, D], BF16/F16/F32):
+  // an embedding lookup with host-computed ids (hashed n-gram ids), table split row-wise.
+  virtual void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) = 0;
+
+  // ---- residual streams (hyper-connections: x [T, n * H] holds n streams of width H) ----
+  // out[T, n * H]: every stream = y [T, H].
+  virtual void streams_expand(const Tensor& out, const Tensor& y) = 0;
+  // out[T, H] = mean over s of w_s * x_s (w, x [T, n * H]).
+  virtual void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) = 0;
+  // x_s = (accumulate ? x_s : 0) + w[:, s] * y for every stream s; y [T, H], w [T, n].
+  virtual void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) = 0;
+  // g[T, n] = sigmoid(sign(d) * sqrt(max(|d|, 1e-6))), d = <a_s, b_s> / sqrt(H) per stream s
+  // (Qwen4-Exp PLE gate); a, b [T, n * H].
+  virtual void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) = 0;
 
   // ---- matrix products ----
   // out[T, N] = x[T, K] . w[N, K]^T
@@ -109,6 +141,15 @@ class Ops {
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                          const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) = 0;
 
+  // QSA indexer: writes the raw keys k [T, head_dim] into cache.index_k at the plan's positions,
+  // then for each row at position p picks its attended positions into select I32 [T, budget + ratio - 1]
+  // (-1 padded): the ((p + 1) / ratio) complete blocks of `ratio` keys are mean-pooled, RMS-normed
+  // with k_norm (F32 [1, head_dim]), rotated at the block's first position, scored by
+  // sum_h relu(q_h . k_b) / sqrt(head_dim) (q [T, n_heads * head_dim], already normed and rotated);
+  // the best budget / ratio blocks (ties to the lower block) and the incomplete tail are selected.
+  virtual void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                          const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) = 0;
+
   // ---- Gated DeltaNet ----
   // Depthwise causal conv over time, per channel, continuing each sequence's conv state, then
   // SiLU; x [T, C] in place; w F32 [C, K]. The state keeps the last K-1 inputs.
@@ -122,6 +163,12 @@ class Ops {
   virtual void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
                                 const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
                                 const DeltaNetConfig& cfg, const StepPlan& plan) = 0;
+  // Depthwise causal conv with dilation over time, continuing each sequence's state (its last
+  // (kernel - 1) * dilation inputs per channel, oldest first, [C, (kernel - 1) * dilation] per slot),
+  // then SiLU: out[t] = silu(sum_j w[c, j] x[t - (kernel - 1 - j) * dilation]). x, out [T, C]
+  // (out may not be x); w F32 [C, kernel]. The state is updated.
+  virtual void dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
+                                   int kernel, int dilation, const StepPlan& plan) = 0;
   // x [T, n * d] = rmsnorm(x per d-group) * w[d] * silu(z), in place.
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) = 0;
 

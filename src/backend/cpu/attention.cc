@@ -1,6 +1,7 @@
 // attention: paged-KV causal softmax attention with GQA and an optional sliding window.
 // First the step's k/v rows are written into each sequence's blocks, then every (row, head)
-// attends over its sequence's cached positions [max(0, p - window + 1), p].
+// attends over its sequence's cached positions [max(0, p - window + 1), p], or over the row's
+// selected positions (sparse attention), in ascending order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,6 +44,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
   // 2. attend, one (row, head) per work item
   ThreadPool::global().parallel_for(q.rows * p.n_heads, [&](int64_t w0, int64_t w1) {
     std::vector<float> scores;
+    std::vector<int64_t> positions;
     std::vector<float> acc(static_cast<size_t>(hd));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t r = w / p.n_heads;
@@ -52,12 +54,25 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       const int64_t pos = plan.positions[size_t(r)];
       const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
       const float* qv = q.f32() + r * q.cols + int64_t(h) * hd;
-      scores.resize(size_t(pos - first + 1));
+      // the attended positions, ascending: [first, pos], or the row's selection
+      positions.clear();
+      if (p.select.empty()) {
+        for (int64_t j = first; j <= pos; ++j) positions.push_back(j);
+      } else {
+        const int32_t* sel = p.select.as<const int32_t>() + r * p.select.cols;
+        for (int64_t c = 0; c < p.select.cols; ++c) {
+          if (sel[c] < 0) continue;
+          KCHECK(sel[c] <= pos);
+          positions.push_back(sel[c]);
+        }
+        std::sort(positions.begin(), positions.end());
+      }
+      scores.resize(positions.size());
       float max_score = -INFINITY;
-      for (int64_t j = first; j <= pos; ++j) {
-        const float* kv = cache.k.f32() + cache_row(plan, s, j) * kv_width + int64_t(kvh) * hd;
+      for (size_t z = 0; z < positions.size(); ++z) {
+        const float* kv = cache.k.f32() + cache_row(plan, s, positions[z]) * kv_width + int64_t(kvh) * hd;
         float d = dot_f32(qv, kv, hd) * p.scale;
-        scores[size_t(j - first)] = d;
+        scores[z] = d;
         max_score = std::max(max_score, d);
       }
       double sum = 0.0;
@@ -67,9 +82,9 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       }
       const float inv = float(1.0 / sum);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = first; j <= pos; ++j) {
-        const float* vv = cache.v.f32() + cache_row(plan, s, j) * kv_width + int64_t(kvh) * hd;
-        const float pj = scores[size_t(j - first)];
+      for (size_t z = 0; z < positions.size(); ++z) {
+        const float* vv = cache.v.f32() + cache_row(plan, s, positions[z]) * kv_width + int64_t(kvh) * hd;
+        const float pj = scores[z];
         for (int i = 0; i < hd; ++i) acc[size_t(i)] += pj * vv[i];
       }
       float* o = out.f32() + r * out.cols + int64_t(h) * hd;

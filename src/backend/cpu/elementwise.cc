@@ -173,6 +173,49 @@ void softcap(const Tensor& x, float cap) {
   for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
 }
 
+void activation(const Tensor& x, Activation act) {
+  float* p = x.f32();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+    switch (act) {
+      case Activation::kSilu: p[i] = silu(p[i]); break;
+      case Activation::kSigmoid: p[i] = sigmoid(p[i]); break;
+      case Activation::kGeluTanh: p[i] = gelu_tanh(p[i]); break;
+    }
+  }
+}
+
+void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  KCHECK(a.numel() == b.numel() && out.numel() == a.numel());
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) out.f32()[i] = a.f32()[i] * b.f32()[i];
+}
+
+void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
+  KCHECK(out.rows == x.rows && out.cols == x.cols && x.cols % group == 0);
+  KCHECK(w.empty() || w.cols == x.cols);
+  const int64_t groups = x.rows * (x.cols / group);
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const float* v = x.f32() + g * group;
+      float* o = out.f32() + g * group;
+      const float* wg = w.empty() ? nullptr : w.f32() + (g % (x.cols / group)) * group;
+      const float s = inv_rms(v, group, eps);
+      for (int i = 0; i < group; ++i) o[i] = wg ? (v[i] * s) * wg[i] : v[i] * s;
+    }
+  }, 16);
+}
+
+void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
+  KCHECK(out.rows == int64_t(ids.size()) && !shards.empty());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int64_t row = ids[i];
+    size_t s = 0;
+    while (s < shards.size() && row >= shards[s].rows) row -= shards[s++].rows;
+    KCHECK_MSG(s < shards.size() && row >= 0, "embedding row ", ids[i], " outside the table");
+    KCHECK(shards[s].cols == out.cols);
+    load_row(shards[s], row, out.f32() + int64_t(i) * out.cols);
+  }
+}
+
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
   KCHECK(x.numel() == z.numel() && x.cols % head_dim == 0 && w.cols == head_dim);
   const int64_t groups = x.rows * (x.cols / head_dim);

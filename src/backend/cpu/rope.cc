@@ -9,6 +9,24 @@
 
 namespace kestrel::cpu {
 
+void rope_vector(float* v, int head_dim, const RopeConfig& cfg, int64_t position) {
+  const int rot = cfg.rotary_dim;
+  if (rot == 0) return;
+  const int half = rot / 2;
+  const int span = cfg.whole_head_pairs ? head_dim / 2 : half;
+  const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
+  const float pos = float(position);
+  for (int i = 0; i < half; ++i) {
+    const float exponent = float(2 * i) / float(freq_dim);
+    const float inv_freq = float(1.0 / std::pow(cfg.theta, double(exponent)));
+    const float angle = pos * inv_freq;
+    const float cs = float(std::cos(double(angle))), sn = float(std::sin(double(angle)));
+    const float a = v[i], b = v[i + span];
+    v[i] = a * cs - b * sn;
+    v[i + span] = b * cs + a * sn;
+  }
+}
+
 void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& plan) {
   const int rot = cfg.rotary_dim;
   if (rot == 0) return;

@@ -3,7 +3,8 @@
 namespace kestrel {
 
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
-                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y) {
+                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
+                     const Tensor& select) {
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
   Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
@@ -23,7 +24,7 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
   Tensor o = ws.take(T, q.cols);
   ops.attention(o, q, k, v, cache,
                 {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
-                 .window = window},
+                 .window = window, .select = select},
                 plan);
   if (!w.gate.empty()) {
     Tensor gate = ws.take(T, q.cols);
@@ -48,7 +49,13 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
   ops.conv1d_silu(qkv, w.conv, state, cfg.conv_kernel, plan);
   Tensor o = ws.take(T, v_width);
   ops.gated_delta_rule(o, qkv, a, b, w.a_neg, w.dt_bias, state, cfg, plan);
-  ops.gated_rms_norm(o, z, w.norm, cfg.v_head_dim, eps);
+  if (cfg.gate_act == Activation::kSilu) {
+    ops.gated_rms_norm(o, z, w.norm, cfg.v_head_dim, eps);
+  } else {  // rmsnorm(o) * w * act(z)
+    ops.head_rms_norm(o, w.norm, cfg.v_head_dim, eps);
+    ops.activation(z, cfg.gate_act);
+    ops.mul(o, o, z);
+  }
   ops.matmul(y, o, w.out);
 }
 

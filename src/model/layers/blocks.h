@@ -49,8 +49,10 @@ struct MoeWeights {
 };
 
 // y [T, H] = attention(x [T, H]) for one layer.
+// `select` (I32 [T, S] or empty): the positions each row attends (sparse attention, see ops.h).
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
-                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y);
+                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
+                     const Tensor& select = Tensor{});
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
                     const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y);
 void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y);

@@ -4,12 +4,21 @@
 
 namespace kestrel {
 
+int32_t ring_rows(int window, int32_t block_size) {
+  return int32_t((int64_t(window) + block_size - 1) / block_size + 1) * block_size;
+}
+
 CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
   CacheCosts c;
   for (int l = 0; l < cfg.n_layers; ++l) {
     if (!cfg.is_attention(l) || cfg.kv_source(l) != l) continue;  // KV-shared layers own no cache
     const auto& a = cfg.attn_for(l);
-    c.bytes_per_block += 2 * uint64_t(a.n_kv_heads) * uint64_t(a.head_dim) * 4 * uint64_t(block_size);
+    const uint64_t row = 2 * uint64_t(a.n_kv_heads) * uint64_t(a.head_dim) * 4;
+    if (cfg.window_for(l) > 0) {  // a ring per sequence
+      c.bytes_per_slot += row * uint64_t(ring_rows(cfg.window_for(l), block_size));
+      continue;
+    }
+    c.bytes_per_block += row * uint64_t(block_size);
     if (!cfg.layer_attn.empty())
       c.bytes_per_block += uint64_t(cfg.layer_attn[size_t(l)].index_key_dim) * 4 * uint64_t(block_size);
   }
@@ -26,6 +35,7 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
   const int L = cfg.n_layers;
   k_.resize(size_t(L));
   index_k_.resize(size_t(L));
+  ring_rows_.assign(size_t(L), 0);
   v_.resize(size_t(L));
   conv_.resize(size_t(L));
   ssm_.resize(size_t(L));
@@ -36,8 +46,14 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
       case LayerKind::kSlidingAttention: {
         if (cfg.kv_source(l) != l) break;  // reads another layer's cache
         const int64_t kv_width = int64_t(cfg.attn_for(l).n_kv_heads) * cfg.attn_for(l).head_dim;
-        k_[size_t(l)] = ops.alloc(DType::kF32, rows, kv_width);
-        v_[size_t(l)] = ops.alloc(DType::kF32, rows, kv_width);
+        int64_t layer_rows = rows;
+        if (cfg.window_for(l) > 0) {  // sliding: a ring of the window's blocks per sequence slot
+          ring_rows_[size_t(l)] = ring_rows(cfg.window_for(l), sizing.block_size);
+          layer_rows = int64_t(sizing.n_slots) * ring_rows_[size_t(l)];
+          has_state_ = true;
+        }
+        k_[size_t(l)] = ops.alloc(DType::kF32, layer_rows, kv_width);
+        v_[size_t(l)] = ops.alloc(DType::kF32, layer_rows, kv_width);
         if (!cfg.layer_attn.empty() && cfg.layer_attn[size_t(l)].index_key_dim > 0)
           index_k_[size_t(l)] = ops.alloc(DType::kF32, rows, cfg.layer_attn[size_t(l)].index_key_dim);
         break;
@@ -68,7 +84,7 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
 
 KvLayerView ModelCache::kv(int layer) const {
   const size_t src = size_t(kv_source_[size_t(layer)]);
-  return {k_[src].view(), v_[src].view(), index_k_[src].view()};
+  return {k_[src].view(), v_[src].view(), index_k_[src].view(), ring_rows_[src]};
 }
 
 StateLayerView ModelCache::state(int layer) const {

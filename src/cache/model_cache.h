@@ -1,7 +1,10 @@
 // ModelCache: the hybrid cache of one model on one backend.
 //
-// Attention layers share one pool of fixed-size KV blocks: a sequence holds a block table (the
-// same for every attention layer) covering its positions. Each attention layer's K/V rows have
+// Full-attention layers share one pool of fixed-size KV blocks: a sequence holds a block table
+// (the same for every such layer) covering its positions. Sliding-window layers keep no blocks
+// of that pool: each sequence slot has a ring of ceil(window / block_size) + 1 blocks' rows per
+// sliding layer, overwritten as the sequence advances, so their memory does not grow with the
+// context. Each attention layer's K/V rows have
 // that layer's own width (n_kv_heads x head_dim, which may differ between sliding and full
 // layers); a KV-shared layer owns no cache and kv() returns its source layer's. Linear-attention layers keep a conv
 // state and a recurrent state per sequence slot. Both are sized once, up front.
@@ -27,6 +30,8 @@ struct CacheCosts {
   uint64_t bytes_per_slot = 0;
 };
 CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size);
+// Rows of one sequence's ring in a sliding layer: ceil(window / block_size) + 1 blocks.
+int32_t ring_rows(int window, int32_t block_size);
 
 class ModelCache {
  public:
@@ -43,7 +48,8 @@ class ModelCache {
   void release(std::vector<int32_t>& table);
   int32_t free_blocks() const { return int32_t(free_blocks_.size()); }
 
-  // A zeroed recurrent-state slot, or -1 when none is free (or the model has no such layers).
+  // A zeroed per-sequence state slot (recurrent state, sliding-window rings), or -1 when none is
+  // free (or the model has no such layers).
   int32_t acquire_slot();
   void release_slot(int32_t slot);
   void reset_slot(int32_t slot);
@@ -65,6 +71,7 @@ class ModelCache {
   std::vector<int32_t> token_ctx_;          // host [n_slots, token_context]
   std::vector<int32_t> free_blocks_, free_slots_;
   std::vector<int> kv_source_;  // [n_layers]
+  std::vector<int32_t> ring_rows_;  // [n_layers]; > 0 for sliding layers' rings
 };
 
 }  // namespace kestrel

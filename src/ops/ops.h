@@ -21,6 +21,9 @@ struct KvLayerView {
   Tensor k;        // [n_blocks * block_size, n_kv_heads * head_dim]
   Tensor v;        // same; may alias k's storage layout but not its memory
   Tensor index_k;  // [n_blocks * block_size, index_head_dim] raw QSA indexer keys, or empty
+  // > 0: k/v are not paged but a ring per sequence: position p of the sequence in state slot s
+  // is row s * ring_rows + p % ring_rows (sliding-window layers keep only the window's past).
+  int ring_rows = 0;
 };
 
 // One linear-attention layer's recurrent state, one row per slot.
@@ -39,6 +42,7 @@ struct AttentionParams {
   // I32 [T, S] or empty: the positions each row attends (sparse attention, e.g. QSA), -1 = unused
   // slot; order free. Each listed position must be <= the row's position.
   Tensor select;
+  bool write_kv = true;  // false: leave the step's k/v out of the cache (kv_write stores them later)
 };
 
 // One QSA (Qwen4-Exp sparse attention) indexer: which cached positions each query row attends.
@@ -133,13 +137,17 @@ class Ops {
   //   rope.whole_head_pairs: (i, i + head_dim/2) for i < rotary_dim/2; the other pairs untouched
   //                          (Gemma 4 "proportional" RoPE: frequency 0 for the non-rotated pairs).
   virtual void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) = 0;
-  // Writes k, v [T, n_kv * head_dim] into the cache at the plan's positions, then
-  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's cache
-  // (positions [max(0, p - window + 1), p] when p.window > 0). k and v may both be empty: then
-  // nothing is written and q attends over the cache as it is (a KV-shared layer reading the cache
-  // its source layer already wrote this step).
+  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's positions
+  // [0, p] (or [max(0, p - window + 1), p] when p.window > 0, or the row's p.select): positions
+  // before the step (< n_past) from the cache, the step's own from k, v [T, n_kv * head_dim].
+  // Then k, v are written into the cache at the plan's positions (kv_write), unless p.write_kv is
+  // false. k and v may both be empty: every position then comes from the cache.
+  // A ring cache (cache.ring_rows > 0, sliding layers) needs window <= ring_rows.
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                          const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) = 0;
+  // Stores k, v [T, width] in the cache at the plan's positions (for a ring, only each
+  // sequence's last ring_rows positions of the step).
+  virtual void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) = 0;
 
   // QSA indexer: writes the raw keys k [T, head_dim] into cache.index_k at the plan's positions,
   // then for each row at position p picks its attended positions into select I32 [T, budget + ratio - 1]

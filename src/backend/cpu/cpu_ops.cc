@@ -76,6 +76,9 @@ void CpuOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, cons
                        const AttentionParams& p, const StepPlan& plan) {
   cpu::attention(out, q, k, v, cache, p, plan);
 }
+void CpuOps::kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
+  cpu::kv_write(cache, k, v, plan);
+}
 void CpuOps::conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                          const StepPlan& plan) {
   cpu::conv1d_silu(x, w, state, kernel, plan);

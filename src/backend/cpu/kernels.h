@@ -45,6 +45,7 @@ void matmul(const Tensor& out, const Tensor& x, const Tensor& w);
 void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                const AttentionParams& p, const StepPlan& plan);
+void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);
 void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel, const StepPlan& plan);
 void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& a_neg,
                       const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,

@@ -62,6 +62,7 @@ class Gemma4Model final : public Model {
   Tensor ple_model_proj_;  // [L * P, H]
   Tensor ple_norm_;        // F32 [1, P]
   std::vector<Gemma4Layer> layers_;
+  std::vector<int> last_reader_;  // [n_layers]: the last layer reading layer l's KV cache
   std::vector<Buffer> buffers_;
 };
 
@@ -131,6 +132,8 @@ Gemma4Model::Gemma4Model(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, 
     }
     layer.layer_scalar = wl.has(p + "layer_scalar") ? wl.scalar(p + "layer_scalar") : 1.0f;
   }
+  last_reader_.resize(size_t(L));
+  for (int l = 0; l < cfg.n_layers; ++l) last_reader_[size_t(cfg.kv_source(l))] = l;
   n_params_ = wl.loaded_params();
   weight_bytes_ = wl.loaded_bytes();
   buffers_ = wl.take_buffers();
@@ -188,10 +191,17 @@ void Gemma4Model::forward(const StepPlan& plan, ModelCache& cache, const Tensor&
     g = ws_.take(T, P);
     per_layer_inputs(plan, x, ple);
   }
+  // A layer whose K/V later layers share keeps this step's k/v and writes its cache only after
+  // the last of them has attended (a sliding layer's ring would otherwise lose the past they need).
+  std::vector<StepKv> step_kv(size_t(cfg_.n_layers));
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Gemma4Layer& layer = layers_[size_t(l)];
+    const int src = cfg_.kv_source(l);
     ops_.rms_norm(h, x, layer.input_norm, eps);
-    attention_block(ops_, ws_, layer.attn, cfg_.attn_for(l), eps, cache.kv(l), layer.window, plan, h, y);
+    attention_block(ops_, ws_, layer.attn, cfg_.attn_for(l), eps, cache.kv(l), layer.window, plan, h, y, Tensor{},
+                    &step_kv[size_t(src)], /*write_kv=*/last_reader_[size_t(src)] == l);
+    if (src != l && last_reader_[size_t(src)] == l)
+      ops_.kv_write(cache.kv(src), step_kv[size_t(src)].k, step_kv[size_t(src)].v, plan);
     ops_.rms_norm(y, y, layer.post_attn_norm, eps);
     ops_.add(x, x, y);
     ops_.rms_norm(h, x, layer.pre_ff_norm, eps);

@@ -4,15 +4,20 @@ namespace kestrel {
 
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                     const Tensor& select) {
+                     const Tensor& select, StepKv* step, bool write_kv) {
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
   Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
   ops.matmul(q, x, w.q);
   if (!w.q_norm.empty()) ops.head_rms_norm(q, w.q_norm, hd, eps);
   ops.rope(q, hd, cfg.rope, plan);
-  Tensor k, v;  // stay empty for a KV-shared layer
-  if (!w.k.empty()) {
+  Tensor k, v;
+  if (w.k.empty()) {  // KV-shared: the source layer's k/v of this step (past positions: its cache)
+    KCHECK(step != nullptr && !step->k.empty());
+    k = step->k;
+    v = step->v;
+    write_kv = false;
+  } else {
     k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
     v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
     ops.matmul(k, x, w.k);
@@ -20,11 +25,12 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
     if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
     if (cfg.v_norm) ops.head_rms_norm(v, Tensor{}, hd, eps);
     ops.rope(k, hd, cfg.rope, plan);
+    if (step) *step = {k, v};
   }
   Tensor o = ws.take(T, q.cols);
   ops.attention(o, q, k, v, cache,
                 {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
-                 .window = window, .select = select},
+                 .window = window, .select = select, .write_kv = write_kv},
                 plan);
   if (!w.gate.empty()) {
     Tensor gate = ws.take(T, q.cols);

@@ -49,10 +49,19 @@ struct MoeWeights {
 };
 
 // y [T, H] = attention(x [T, H]) for one layer.
-// `select` (I32 [T, S] or empty): the positions each row attends (sparse attention, see ops.h).
+// This step's k and v of an attention layer (normed and rotated), kept for the KV-shared layers
+// that read them (workspace memory, valid for the step).
+struct StepKv {
+  Tensor k, v;  // [T, n_kv_heads * head_dim]
+};
+
+// y [T, H] = attention(x [T, H]) for one layer. `select` (I32 [T, S] or empty): the positions each
+// row attends (sparse attention, see ops.h). `step`: where a layer with k/v weights leaves its k/v,
+// and where a KV-shared layer (no k/v weights) takes its source layer's. `write_kv` false leaves
+// the cache write to a later ops.kv_write (after the last layer that reads the source's cache).
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                     const Tensor& select = Tensor{});
+                     const Tensor& select = Tensor{}, StepKv* step = nullptr, bool write_kv = true);
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
                     const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y);
 void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y);

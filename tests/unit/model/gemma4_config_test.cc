@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "backend/cpu/cpu_ops.h"
+#include "cache/model_cache.h"
 #include "model/arch/gemma4.h"
 #include "support/paths.h"
 
@@ -152,6 +154,33 @@ TEST(Gemma4Config, BidirectionalAttentionRefused) {
   auto j = fixture_config("gemma4_text");
   j["use_bidirectional_attention"] = "all";
   expect_refused(j, ErrorKind::kUnsupported, "use_bidirectional_attention");
+}
+
+}  // namespace
+}  // namespace kestrel::test
+
+namespace kestrel::test {
+namespace {
+
+// Sliding layers keep a ring of ceil(window / block) + 1 blocks per sequence, outside the pool.
+TEST(Gemma4Config, SlidingLayersUseARingNotThePool) {
+  ModelConfig c = parse_gemma4_config(fixture_config("gemma4_text"), "config.json");
+  CacheCosts costs = cache_costs(c, 16);
+  // only the two full layers (2 KV heads x 512) take pool blocks: K and V, fp32, 16 rows
+  EXPECT_EQ(costs.bytes_per_block, uint64_t(2) * 2 * (2 * 512) * 4 * 16);
+  EXPECT_EQ(ring_rows(16, 16), 32);
+  CpuOps ops;
+  ModelCache cache(c, ops, {.n_blocks = 4, .block_size = 16, .n_slots = 3});
+  EXPECT_EQ(cache.kv(0).ring_rows, 32);
+  EXPECT_EQ(cache.kv(0).k.rows, 3 * 32);
+  EXPECT_EQ(cache.kv(2).ring_rows, 0);
+  EXPECT_EQ(cache.kv(2).k.rows, 4 * 16);
+  EXPECT_TRUE(cache.needs_slots());
+
+  ModelConfig kv = parse_gemma4_config(fixture_config("gemma4_text_kvshared"), "config.json");
+  ModelCache shared(kv, ops, {.n_blocks = 4, .block_size = 16, .n_slots = 1});
+  EXPECT_EQ(shared.kv(4).k.data, shared.kv(3).k.data);  // layer 4 reads layer 3's ring
+  EXPECT_EQ(shared.kv(5).k.data, shared.kv(2).k.data);  // layer 5 reads layer 2's blocks
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // way transformers 5.17 saves them (`per_layer_config`: {"<layer index>": {"head_dim": ..,
 // "num_key_value_heads": ..}}, also accepted keyed by layer type).
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "io/json_fields.h"

@@ -1,6 +1,8 @@
 // config.json -> ModelConfig for Qwen4-Exp (qwen4_exp wrapper with text_config, or qwen4_exp_text),
 // validated field by field with the invariants transformers' configuration enforces.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "io/json_fields.h"

@@ -1,7 +1,12 @@
 // ModelCache: the hybrid cache of one model on one backend.
 //
-// Attention layers share one pool of fixed-size KV blocks: a sequence holds a block table (the
-// same for every attention layer) covering its positions. Linear-attention layers keep a conv
+// Full-attention layers share one pool of fixed-size KV blocks: a sequence holds a block table
+// (the same for every such layer) covering its positions. Sliding-window layers keep no blocks
+// of that pool: each sequence slot has a ring of ceil(window / block_size) + 1 blocks' rows per
+// sliding layer, overwritten as the sequence advances, so their memory does not grow with the
+// context. Each attention layer's K/V rows have
+// that layer's own width (n_kv_heads x head_dim, which may differ between sliding and full
+// layers); a KV-shared layer owns no cache and kv() returns its source layer's. Linear-attention layers keep a conv
 // state and a recurrent state per sequence slot. Both are sized once, up front.
 #pragma once
 
@@ -26,6 +31,8 @@ struct CacheCosts {
   uint64_t bytes_per_slot = 0;
 };
 CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size);
+// Rows of one sequence's ring in a sliding layer: ceil(window / block_size) + 1 blocks.
+int32_t ring_rows(int window, int32_t block_size);
 
 class ModelCache {
  public:
@@ -34,7 +41,7 @@ class ModelCache {
   ModelCache& operator=(const ModelCache&) = delete;
 
   const CacheSizing& sizing() const { return sizing_; }
-  KvLayerView kv(int layer) const;
+  KvLayerView kv(int layer) const;  // the source layer's cache for a KV-shared layer
   StateLayerView state(int layer) const;
 
   // Grows `table` so it covers n_positions; false (table unchanged) when the pool is exhausted.
@@ -60,7 +67,8 @@ class ModelCache {
   // Takes a kept (unreferenced) block back into use with one reference.
   void revive(int32_t block) { refs_[size_t(block)] = 1; }
 
-  // A zeroed recurrent-state slot, or -1 when none is free (or the model has no such layers).
+  // A zeroed per-sequence state slot (recurrent state, sliding-window rings), or -1 when none is
+  // free (or the model has no such layers).
   int32_t acquire_slot();
   void release_slot(int32_t slot);
   void reset_slot(int32_t slot);
@@ -68,15 +76,25 @@ class ModelCache {
   void copy_slot(int32_t dst, int32_t src);
   int32_t free_slots() const { return int32_t(free_slots_.size()); }
   bool needs_slots() const { return has_state_; }
+  // Host-side per-slot token context (the last cfg.token_context ids of the sequence, oldest
+  // first; meaningful once the sequence has cached tokens). Null when the model keeps none.
+  int32_t* token_context(int32_t slot) {
+    return token_context_ > 0 ? token_ctx_.data() + size_t(slot) * size_t(token_context_) : nullptr;
+  }
 
  private:
   Ops& ops_;
   CacheSizing sizing_;
   bool has_state_ = false;
   std::vector<Buffer> k_, v_, conv_, ssm_;  // [n_layers]; empty where the layer has no such cache
+  std::vector<Buffer> index_k_, aux_;       // [n_layers]; QSA indexer keys, extra conv state
+  int token_context_ = 0;
+  std::vector<int32_t> token_ctx_;          // host [n_slots, token_context]
   std::vector<int32_t> free_blocks_, free_slots_;
   std::vector<int32_t> refs_;  // [n_blocks]
   BlockHooks hooks_;
+  std::vector<int> kv_source_;  // [n_layers]
+  std::vector<int32_t> ring_rows_;  // [n_layers]; > 0 for sliding layers' rings
 };
 
 }  // namespace kestrel

@@ -17,6 +17,17 @@ int ModelConfig::count_layers(LayerKind kind) const {
   return n;
 }
 
+const AttentionConfig& ModelConfig::attn_for(int l) const {
+  return layer_attn.empty() ? attn : layer_attn[size_t(l)].attn;
+}
+
+int ModelConfig::kv_source(int l) const {
+  if (layer_attn.empty() || layer_attn[size_t(l)].kv_source < 0) return l;
+  return layer_attn[size_t(l)].kv_source;
+}
+
+int ModelConfig::window_for(int l) const { return layer_attn.empty() ? 0 : layer_attn[size_t(l)].window; }
+
 bool ModelConfig::has_moe() const {
   for (bool m : layer_moe) {
     if (m) return true;

@@ -61,6 +61,33 @@ Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols,
   return keep(ops_.upload(host));
 }
 
+std::vector<int64_t> WeightLoader::i64(const std::string& name, int64_t n) {
+  const std::string full = prefix_ + name;
+  const TensorInfo* info = ckpt_.find(full);
+  if (!info) bad_input(ckpt_.dir(), ": tensor '", full, "' is missing from the checkpoint");
+  if (info->dtype != DType::kI64 || info->numel() != n)
+    bad_input(*info->file, ": tensor '", full, "' must be I64 with ", n, " elements");
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  std::memcpy(out.data(), info->data, size_t(n) * 8);
+  return out;
+}
+
+float WeightLoader::scalar(const std::string& name) {
+  const TensorInfo& info = lookup(prefix_ + name, {1});
+  Tensor src{.dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data), .rows = 1, .cols = 1};
+  float v = 0.0f;
+  cpu::load_row(src, 0, &v);
+  return v;
+}
+
+Tensor WeightLoader::stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) {
+  const TensorInfo& info = lookup(prefix_ + name, {n, rows, cols});
+  Tensor host{.dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data),
+              .rows = n * rows, .cols = cols};
+  if (ops_.device() == Device::kCpu) return host;
+  return keep(ops_.upload(host));
+}
+
 Tensor WeightLoader::f32(const std::string& name, const std::vector<int64_t>& shape,
                          const std::function<float(float)>& fn, bool as_matrix) {
   const TensorInfo& info = lookup(prefix_ + name, shape);

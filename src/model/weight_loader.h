@@ -27,6 +27,13 @@ class WeightLoader {
 
   // A matrix [rows, cols] in its stored float dtype. `raw` = name without the prefix.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols, bool raw = false);
+  // A one-element float tensor's value, on the host (a per-layer scalar such as Gemma's layer_scalar).
+  float scalar(const std::string& name);
+  // An I64 tensor of n elements, on the host (buffers a checkpoint stores, to check against config).
+  std::vector<int64_t> i64(const std::string& name, int64_t n);
+  // A stack of n matrices stored as one [n, rows, cols] tensor (fused experts), seen as
+  // [n * rows, cols]: matrix i is rows [i * rows, (i + 1) * rows).
+  Tensor stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols);
   // Any float tensor with exactly `shape`, converted to F32 on the host, passed through `fn`
   // (element-wise transform, may be empty), uploaded as [1, numel] (or [shape[0], rest]).
   Tensor f32(const std::string& name, const std::vector<int64_t>& shape,

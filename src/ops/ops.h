@@ -18,14 +18,19 @@ namespace kestrel {
 
 // One attention layer's slice of the paged KV cache.
 struct KvLayerView {
-  Tensor k;  // [n_blocks * block_size, n_kv_heads * head_dim]
-  Tensor v;  // same; may alias k's storage layout but not its memory
+  Tensor k;        // [n_blocks * block_size, n_kv_heads * head_dim]
+  Tensor v;        // same; may alias k's storage layout but not its memory
+  Tensor index_k;  // [n_blocks * block_size, index_head_dim] raw QSA indexer keys, or empty
+  // > 0: k/v are not paged but a ring per sequence: position p of the sequence in state slot s
+  // is row s * ring_rows + p % ring_rows (sliding-window layers keep only the window's past).
+  int ring_rows = 0;
 };
 
 // One linear-attention layer's recurrent state, one row per slot.
 struct StateLayerView {
   Tensor conv;  // [n_slots, conv_dim * (conv_kernel - 1)]: last inputs, oldest first, per channel
   Tensor ssm;   // [n_slots, n_v_heads * k_head_dim * v_head_dim]: S[h][dk][dv]
+  Tensor aux;   // [n_slots, n] or empty: a layer's extra conv state (Qwen4-Exp PLE's dilated conv)
 };
 
 struct AttentionParams {
@@ -34,11 +39,28 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 1.0f;
   int window = 0;  // > 0: attend to the last `window` positions only (sliding window)
+  // I32 [T, S] or empty: the positions each row attends (sparse attention, e.g. QSA), -1 = unused
+  // slot; order free. Each listed position must be <= the row's position.
+  Tensor select;
+  bool write_kv = true;  // false: leave the step's k/v out of the cache (kv_write stores them later)
 };
 
-// The routed experts of one MoE layer. Expert e's matrices: gate [F, H], up [F, H], down [H, F].
+// One QSA (Qwen4-Exp sparse attention) indexer: which cached positions each query row attends.
+struct QsaParams {
+  int n_heads = 0;     // indexer query heads
+  int head_dim = 0;    // indexer head size (one key head)
+  int budget = 0;      // tokens taken from the best complete blocks (a multiple of ratio)
+  int ratio = 0;       // keys averaged into one block
+  float eps = 1e-6f;   // of the pooled keys' RMSNorm
+  RopeConfig rope;     // applied to the pooled keys at each block's first position
+};
+
+// The routed experts of one MoE layer. Expert e's matrices: gate [F, H], up [F, H], down [H, F]
+// (views; a fused gate_up checkpoint tensor is split into row ranges at load).
 struct ExpertWeights {
   std::vector<Tensor> gate, up, down;
+  Activation act = Activation::kSilu;
+  Tensor expert_scale;  // F32 [1, E] or empty: routing weight of expert e multiplied by expert_scale[e]
 };
 
 class Ops {
@@ -73,23 +95,70 @@ class Ops {
   virtual void mul_sigmoid(const Tensor& x, const Tensor& gate) = 0;
   // out[T, F] = silu(gate) * up.
   virtual void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // out[T, F] = gelu_tanh(gate) * up (see Activation). out may be gate or up.
+  virtual void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // x *= s (every element).
+  virtual void scale(const Tensor& x, float s) = 0;
+  // out[T, n] = x[:, begin : begin + n] (a column block of x [T, C]).
+  virtual void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) = 0;
   // out[R, C] = x[rows[r], :]
   virtual void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, float cap) = 0;
+  // x = act(x) in place (silu, sigmoid or gelu-tanh).
+  virtual void activation(const Tensor& x, Activation act) = 0;
+  // out = a * b elementwise (out may be a or b).
+  virtual void mul(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // RMSNorm of each `group`-wide column block of each row: out = x / rms(group) * w, w F32
+  // [1, x.cols] (a weight per column, not per group) or empty. out may be x.
+  virtual void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) = 0;
+  // out[N, D] = rows ids[i] of the concatenation of `shards` (each [rows_k, D], BF16/F16/F32):
+  // an embedding lookup with host-computed ids (hashed n-gram ids), table split row-wise.
+  virtual void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) = 0;
+
+  // ---- residual streams (hyper-connections: x [T, n * H] holds n streams of width H) ----
+  // out[T, n * H]: every stream = y [T, H].
+  virtual void streams_expand(const Tensor& out, const Tensor& y) = 0;
+  // out[T, H] = mean over s of w_s * x_s (w, x [T, n * H]).
+  virtual void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) = 0;
+  // x_s = (accumulate ? x_s : 0) + w[:, s] * y for every stream s; y [T, H], w [T, n].
+  virtual void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) = 0;
+  // g[T, n] = sigmoid(sign(d) * sqrt(max(|d|, 1e-6))), d = <a_s, b_s> / sqrt(H) per stream s
+  // (Qwen4-Exp PLE gate); a, b [T, n * H].
+  virtual void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) = 0;
 
   // ---- matrix products ----
   // out[T, N] = x[T, K] . w[N, K]^T
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
 
   // ---- attention ----
-  // Rotates the first rope.rotary_dim dims of each head of x [T, n_heads * head_dim] in place
-  // (rotate-half pairing: i with i + rotary_dim/2) at the plan's positions.
+  // RoPE on each head of x [T, n_heads * head_dim] in place, at the plan's positions. The angle
+  // of pair i is pos * inv_freq[i], inv_freq[i] = theta^(-2i / F) (F = rope.freq_dim, or
+  // rope.rotary_dim when 0), formed in fp32 as transformers does. Pairing (rotate_half):
+  //   default:               (i, i + rotary_dim/2) for i < rotary_dim/2; dims >= rotary_dim untouched;
+  //   rope.whole_head_pairs: (i, i + head_dim/2) for i < rotary_dim/2; the other pairs untouched
+  //                          (Gemma 4 "proportional" RoPE: frequency 0 for the non-rotated pairs).
   virtual void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) = 0;
-  // Writes k, v [T, n_kv * head_dim] into the cache at the plan's positions, then
-  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's cache.
+  // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's positions
+  // [0, p] (or [max(0, p - window + 1), p] when p.window > 0, or the row's p.select): positions
+  // before the step (< n_past) from the cache, the step's own from k, v [T, n_kv * head_dim].
+  // Then k, v are written into the cache at the plan's positions (kv_write), unless p.write_kv is
+  // false. k and v may both be empty: every position then comes from the cache.
+  // A ring cache (cache.ring_rows > 0, sliding layers) needs window <= ring_rows.
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                          const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) = 0;
+  // Stores k, v [T, width] in the cache at the plan's positions (for a ring, only each
+  // sequence's last ring_rows positions of the step).
+  virtual void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) = 0;
+
+  // QSA indexer: writes the raw keys k [T, head_dim] into cache.index_k at the plan's positions,
+  // then for each row at position p picks its attended positions into select I32 [T, budget + ratio - 1]
+  // (-1 padded): the ((p + 1) / ratio) complete blocks of `ratio` keys are mean-pooled, RMS-normed
+  // with k_norm (F32 [1, head_dim]), rotated at the block's first position, scored by
+  // sum_h relu(q_h . k_b) / sqrt(head_dim) (q [T, n_heads * head_dim], already normed and rotated);
+  // the best budget / ratio blocks (ties to the lower block) and the incomplete tail are selected.
+  virtual void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                          const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) = 0;
 
   // ---- Gated DeltaNet ----
   // Depthwise causal conv over time, per channel, continuing each sequence's conv state, then
@@ -104,6 +173,12 @@ class Ops {
   virtual void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
                                 const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
                                 const DeltaNetConfig& cfg, const StepPlan& plan) = 0;
+  // Depthwise causal conv with dilation over time, continuing each sequence's state (its last
+  // (kernel - 1) * dilation inputs per channel, oldest first, [C, (kernel - 1) * dilation] per slot),
+  // then SiLU: out[t] = silu(sum_j w[c, j] x[t - (kernel - 1 - j) * dilation]). x, out [T, C]
+  // (out may not be x); w F32 [C, kernel]. The state is updated.
+  virtual void dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
+                                   int kernel, int dilation, const StepPlan& plan) = 0;
   // x [T, n * d] = rmsnorm(x per d-group) * w[d] * silu(z), in place.
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) = 0;
 
@@ -112,7 +187,8 @@ class Ops {
   // renormalized when norm_topk).
   virtual void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                          bool norm_topk) = 0;
-  // out[T, H] = sum_j weights[t, j] * down_e(silu(gate_e x) * up_e x), e = ids[t, j], summed in j order.
+  // out[T, H] = sum_j w[t, j] * down_e(act(gate_e x) * up_e x), e = ids[t, j], summed in j order,
+  // act = experts.act, w[t, j] = weights[t, j] (times experts.expert_scale[e] when given).
   virtual void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts) = 0;
 };

@@ -1,6 +1,8 @@
-// attention: paged-KV causal softmax attention with GQA and an optional sliding window.
-// First the step's k/v rows are written into each sequence's blocks, then every (row, head)
-// attends over its sequence's cached positions [max(0, p - window + 1), p].
+// attention: causal softmax attention with GQA, an optional sliding window or a per-row
+// selection, over the KV cache (paged blocks, or a per-sequence ring for sliding layers) and this
+// step's own keys and values. Positions before the step come from the cache, the step's own
+// positions from k/v (when given), so a ring only has to hold the window's past; the step's k/v
+// are written to the cache after every row has attended (unless p.write_kv is false).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,34 +15,54 @@ namespace kestrel::cpu {
 namespace {
 
 // Row of the cache tensors holding position `pos` of sequence `s`.
-inline int64_t cache_row(const StepPlan& plan, const SeqStep& s, int64_t pos) {
+inline int64_t cache_row(const StepPlan& plan, const KvLayerView& cache, const SeqStep& s, int64_t pos) {
+  if (cache.ring_rows > 0) return int64_t(s.state_slot) * cache.ring_rows + pos % cache.ring_rows;
   int32_t block = plan.block_tables[size_t(s.table_begin + pos / plan.block_size)];
   return int64_t(block) * plan.block_size + pos % plan.block_size;
 }
 
 }  // namespace
 
+void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
+  const int64_t width = k.cols;
+  KCHECK(v.cols == width && cache.k.cols == width && cache.v.cols == width && k.rows == plan.n_rows());
+  for (int64_t r = 0; r < k.rows; ++r) {
+    const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
+    const int64_t pos = plan.positions[size_t(r)];
+    if (cache.ring_rows > 0) {
+      KCHECK(s.state_slot >= 0 && (s.state_slot + 1) * int64_t(cache.ring_rows) <= cache.k.rows);
+      // only the ring's worth of the step's last positions survive; skip the rest
+      if (int64_t(s.row_begin) + s.n_tokens - r > cache.ring_rows) continue;
+    } else {
+      KCHECK(pos < int64_t(s.n_blocks) * plan.block_size);
+    }
+    const int64_t row = cache_row(plan, cache, s, pos);
+    std::memcpy(cache.k.f32() + row * width, k.f32() + r * width, size_t(width) * 4);
+    std::memcpy(cache.v.f32() + row * width, v.f32() + r * width, size_t(width) * 4);
+  }
+}
+
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                const AttentionParams& p, const StepPlan& plan) {
   const int hd = p.head_dim;
   const int64_t kv_width = int64_t(p.n_kv_heads) * hd;
-  KCHECK(q.cols == int64_t(p.n_heads) * hd && k.cols == kv_width && v.cols == kv_width);
+  const bool step_kv = !k.empty();  // empty k/v: everything comes from the cache
+  KCHECK(k.empty() == v.empty());
+  KCHECK(q.cols == int64_t(p.n_heads) * hd && (!step_kv || (k.cols == kv_width && v.cols == kv_width)));
   KCHECK(cache.k.cols == kv_width && out.cols == q.cols && out.rows == q.rows);
   KCHECK(p.n_heads % p.n_kv_heads == 0);
+  KCHECK(cache.ring_rows == 0 || (p.window > 0 && p.window <= cache.ring_rows && p.select.empty()));
   const int group = p.n_heads / p.n_kv_heads;
+  // key (or value) row of position j for sequence s: this step's tensor or the cache
+  auto row_of = [&](const Tensor& step, const Tensor& cached, const SeqStep& s, int64_t j) -> const float* {
+    if (step_kv && j >= s.n_past) return step.f32() + (int64_t(s.row_begin) + j - s.n_past) * kv_width;
+    return cached.f32() + cache_row(plan, cache, s, j) * kv_width;
+  };
 
-  // 1. append this step's keys and values
-  for (int64_t r = 0; r < k.rows; ++r) {
-    const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
-    KCHECK(plan.positions[size_t(r)] < int64_t(s.n_blocks) * plan.block_size);
-    int64_t row = cache_row(plan, s, plan.positions[size_t(r)]);
-    std::memcpy(cache.k.f32() + row * kv_width, k.f32() + r * kv_width, size_t(kv_width) * 4);
-    std::memcpy(cache.v.f32() + row * kv_width, v.f32() + r * kv_width, size_t(kv_width) * 4);
-  }
-
-  // 2. attend, one (row, head) per work item
+  // attend, one (row, head) per work item
   ThreadPool::global().parallel_for(q.rows * p.n_heads, [&](int64_t w0, int64_t w1) {
     std::vector<float> scores;
+    std::vector<int64_t> positions;
     std::vector<float> acc(static_cast<size_t>(hd));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t r = w / p.n_heads;
@@ -50,12 +72,25 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       const int64_t pos = plan.positions[size_t(r)];
       const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
       const float* qv = q.f32() + r * q.cols + int64_t(h) * hd;
-      scores.resize(size_t(pos - first + 1));
+      // the attended positions, ascending: [first, pos], or the row's selection
+      positions.clear();
+      if (p.select.empty()) {
+        for (int64_t j = first; j <= pos; ++j) positions.push_back(j);
+      } else {
+        const int32_t* sel = p.select.as<const int32_t>() + r * p.select.cols;
+        for (int64_t c = 0; c < p.select.cols; ++c) {
+          if (sel[c] < 0) continue;
+          KCHECK(sel[c] <= pos);
+          positions.push_back(sel[c]);
+        }
+        std::sort(positions.begin(), positions.end());
+      }
+      scores.resize(positions.size());
       float max_score = -INFINITY;
-      for (int64_t j = first; j <= pos; ++j) {
-        const float* kv = cache.k.f32() + cache_row(plan, s, j) * kv_width + int64_t(kvh) * hd;
+      for (size_t z = 0; z < positions.size(); ++z) {
+        const float* kv = row_of(k, cache.k, s, positions[z]) + int64_t(kvh) * hd;
         float d = dot_f32(qv, kv, hd) * p.scale;
-        scores[size_t(j - first)] = d;
+        scores[z] = d;
         max_score = std::max(max_score, d);
       }
       double sum = 0.0;
@@ -65,15 +100,16 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       }
       const float inv = float(1.0 / sum);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = first; j <= pos; ++j) {
-        const float* vv = cache.v.f32() + cache_row(plan, s, j) * kv_width + int64_t(kvh) * hd;
-        const float pj = scores[size_t(j - first)];
+      for (size_t z = 0; z < positions.size(); ++z) {
+        const float* vv = row_of(v, cache.v, s, positions[z]) + int64_t(kvh) * hd;
+        const float pj = scores[z];
         for (int i = 0; i < hd; ++i) acc[size_t(i)] += pj * vv[i];
       }
       float* o = out.f32() + r * out.cols + int64_t(h) * hd;
       for (int i = 0; i < hd; ++i) o[i] = acc[size_t(i)] * inv;
     }
   }, 4);
+  if (step_kv && p.write_kv) kv_write(cache, k, v, plan);
 }
 
 }  // namespace kestrel::cpu

@@ -44,10 +44,37 @@ void CpuOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float
 void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cpu::add(out, a, b); }
 void CpuOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cpu::mul_sigmoid(x, gate); }
 void CpuOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) { cpu::silu_mul(out, gate, up); }
+void CpuOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cpu::gelu_tanh_mul(out, gate, up);
+}
+void CpuOps::scale(const Tensor& x, float s) { cpu::scale(x, s); }
+void CpuOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cpu::slice_cols(out, x, begin); }
 void CpuOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   cpu::gather_rows(out, x, rows);
 }
 void CpuOps::softcap(const Tensor& x, float cap) { cpu::softcap(x, cap); }
+void CpuOps::activation(const Tensor& x, Activation act) { cpu::activation(x, act); }
+void CpuOps::mul(const Tensor& out, const Tensor& a, const Tensor& b) { cpu::mul(out, a, b); }
+void CpuOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
+  cpu::group_rms_norm(out, x, w, group, eps);
+}
+void CpuOps::embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
+  cpu::embed_rows(out, shards, ids);
+}
+void CpuOps::streams_expand(const Tensor& out, const Tensor& y) { cpu::streams_expand(out, y); }
+void CpuOps::streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) { cpu::streams_mix(out, w, x); }
+void CpuOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) {
+  cpu::streams_inject(x, y, w, accumulate);
+}
+void CpuOps::stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { cpu::stream_gate(g, a, b); }
+void CpuOps::qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                        const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) {
+  cpu::qsa_select(select, q, k, k_norm, cache, p, plan);
+}
+void CpuOps::dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state, int kernel,
+                                 int dilation, const StepPlan& plan) {
+  cpu::dilated_conv1d_silu(out, x, w, state, kernel, dilation, plan);
+}
 void CpuOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cpu::matmul(out, x, w); }
 void CpuOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
   cpu::rope(x, head_dim, rope, plan);
@@ -55,6 +82,9 @@ void CpuOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const S
 void CpuOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                        const AttentionParams& p, const StepPlan& plan) {
   cpu::attention(out, q, k, v, cache, p, plan);
+}
+void CpuOps::kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
+  cpu::kv_write(cache, k, v, plan);
 }
 void CpuOps::conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                          const StepPlan& plan) {

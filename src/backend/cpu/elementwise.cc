@@ -10,6 +10,11 @@ namespace {
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// gelu, tanh approximation, evaluated in double and rounded once.
+inline float gelu_tanh(float x) {
+  const double d = x;
+  return float(0.5 * d * (1.0 + std::tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+}
 
 // 1 / rms of n floats; the sum of squares in double, in index order.
 inline float inv_rms(const float* x, int64_t n, float eps) {
@@ -131,6 +136,28 @@ void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = silu(g[i]) * u[i];
 }
 
+void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  KCHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
+  float* o = out.f32();
+  const float* g = gate.f32();
+  const float* u = up.f32();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+}
+
+void scale(const Tensor& x, float s) {
+  float* p = x.f32();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+}
+
+void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) {
+  KCHECK(out.rows == x.rows && out.dtype == x.dtype && begin >= 0 && begin + out.cols <= x.cols);
+  const size_t es = dtype_size(x.dtype);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r * out.cols) * es,
+                static_cast<const uint8_t*>(x.data) + size_t(r * x.cols + begin) * es, size_t(out.cols) * es);
+  }
+}
+
 void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   KCHECK(out.rows == int64_t(rows.size()) && out.cols == x.cols && out.dtype == x.dtype);
   size_t row_bytes = size_t(x.cols) * dtype_size(x.dtype);
@@ -144,6 +171,49 @@ void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>&
 void softcap(const Tensor& x, float cap) {
   float* p = x.f32();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
+void activation(const Tensor& x, Activation act) {
+  float* p = x.f32();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+    switch (act) {
+      case Activation::kSilu: p[i] = silu(p[i]); break;
+      case Activation::kSigmoid: p[i] = sigmoid(p[i]); break;
+      case Activation::kGeluTanh: p[i] = gelu_tanh(p[i]); break;
+    }
+  }
+}
+
+void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  KCHECK(a.numel() == b.numel() && out.numel() == a.numel());
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) out.f32()[i] = a.f32()[i] * b.f32()[i];
+}
+
+void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
+  KCHECK(out.rows == x.rows && out.cols == x.cols && x.cols % group == 0);
+  KCHECK(w.empty() || w.cols == x.cols);
+  const int64_t groups = x.rows * (x.cols / group);
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const float* v = x.f32() + g * group;
+      float* o = out.f32() + g * group;
+      const float* wg = w.empty() ? nullptr : w.f32() + (g % (x.cols / group)) * group;
+      const float s = inv_rms(v, group, eps);
+      for (int i = 0; i < group; ++i) o[i] = wg ? (v[i] * s) * wg[i] : v[i] * s;
+    }
+  }, 16);
+}
+
+void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
+  KCHECK(out.rows == int64_t(ids.size()) && !shards.empty());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int64_t row = ids[i];
+    size_t s = 0;
+    while (s < shards.size() && row >= shards[s].rows) row -= shards[s++].rows;
+    KCHECK_MSG(s < shards.size() && row >= 0, "embedding row ", ids[i], " outside the table");
+    KCHECK(shards[s].cols == out.cols);
+    load_row(shards[s], row, out.f32() + int64_t(i) * out.cols);
+  }
 }
 
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {

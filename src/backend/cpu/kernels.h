@@ -22,12 +22,30 @@ void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps);
 void add(const Tensor& out, const Tensor& a, const Tensor& b);
 void mul_sigmoid(const Tensor& x, const Tensor& gate);
 void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up);
+void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up);
+void scale(const Tensor& x, float s);
+void slice_cols(const Tensor& out, const Tensor& x, int64_t begin);
 void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
 void softcap(const Tensor& x, float cap);
+void activation(const Tensor& x, Activation act);
+void mul(const Tensor& out, const Tensor& a, const Tensor& b);
+void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);
+void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids);
+void streams_expand(const Tensor& out, const Tensor& y);
+void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x);
+void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);
+void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b);
+void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm, const KvLayerView& cache,
+                const QsaParams& p, const StepPlan& plan);
+void dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state, int kernel,
+                         int dilation, const StepPlan& plan);
+// RoPE of one head vector v [head_dim] at `position` (the rope op's arithmetic).
+void rope_vector(float* v, int head_dim, const RopeConfig& rope, int64_t position);
 void matmul(const Tensor& out, const Tensor& x, const Tensor& w);
 void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                const AttentionParams& p, const StepPlan& plan);
+void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);
 void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel, const StepPlan& plan);
 void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& a_neg,
                       const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,

@@ -1,4 +1,4 @@
-// moe_route / moe_experts: softmax top-k routing and the routed SwiGLU experts.
+// moe_route / moe_experts: softmax top-k routing and the routed gated-MLP experts (SwiGLU or GeGLU).
 // Each (token, rank) pair is computed on its own and the ranks are summed in order, so a
 // token's output never depends on which other tokens share the batch.
 #include <algorithm>
@@ -64,10 +64,15 @@ void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Te
     Buffer g = host_buffer(DType::kF32, n, F), u = host_buffer(DType::kF32, n, F), y = host_buffer(DType::kF32, n, H);
     matmul(g, xs, experts.gate[size_t(e)]);
     matmul(u, xs, experts.up[size_t(e)]);
-    silu_mul(g, g, u);
+    if (experts.act == Activation::kGeluTanh) {
+      gelu_tanh_mul(g, g, u);
+    } else {
+      silu_mul(g, g, u);
+    }
     matmul(y, g, experts.down[size_t(e)]);
     for (int64_t i = 0; i < n; ++i) {
-      const float w = weights.f32()[pairs[size_t(i)]];
+      float w = weights.f32()[pairs[size_t(i)]];
+      if (!experts.expert_scale.empty()) w *= experts.expert_scale.f32()[e];
       float* dst = partial.data() + pairs[size_t(i)] * H;
       const float* src = y.view().f32() + i * H;
       for (int64_t c = 0; c < H; ++c) dst[c] = w * src[c];

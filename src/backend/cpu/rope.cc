@@ -1,5 +1,6 @@
-// rope: rotary position embedding, rotate-half (NEOX) pairing over the leading rotary_dim dims
-// of every head. Angles are formed in fp32 (position x inverse frequency), as transformers does.
+// rope: rotary position embedding, rotate-half (NEOX) pairing: over the leading rotary_dim dims
+// of every head, or (whole_head_pairs) pairs (i, i + head_dim/2) of which the first rotary_dim/2
+// rotate. Angles are formed in fp32 (position x inverse frequency), as transformers does.
 #include <cmath>
 #include <vector>
 
@@ -8,12 +9,32 @@
 
 namespace kestrel::cpu {
 
+void rope_vector(float* v, int head_dim, const RopeConfig& cfg, int64_t position) {
+  const int rot = cfg.rotary_dim;
+  if (rot == 0) return;
+  const int half = rot / 2;
+  const int span = cfg.whole_head_pairs ? head_dim / 2 : half;
+  const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
+  const float pos = float(position);
+  for (int i = 0; i < half; ++i) {
+    const float exponent = float(2 * i) / float(freq_dim);
+    const float inv_freq = float(1.0 / std::pow(cfg.theta, double(exponent)));
+    const float angle = pos * inv_freq;
+    const float cs = float(std::cos(double(angle))), sn = float(std::sin(double(angle)));
+    const float a = v[i], b = v[i + span];
+    v[i] = a * cs - b * sn;
+    v[i + span] = b * cs + a * sn;
+  }
+}
+
 void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& plan) {
   const int rot = cfg.rotary_dim;
   if (rot == 0) return;
   KCHECK(rot % 2 == 0 && rot <= head_dim && x.cols % head_dim == 0);
   KCHECK(x.rows == plan.n_rows());
-  const int half = rot / 2;
+  const int half = rot / 2;                                    // rotating pairs
+  const int span = cfg.whole_head_pairs ? head_dim / 2 : half;  // distance between a pair's dims
+  KCHECK(!cfg.whole_head_pairs || (head_dim % 2 == 0 && half <= span));
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   std::vector<float> inv_freq(half);
   for (int i = 0; i < half; ++i) {
@@ -33,9 +54,9 @@ void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& 
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x.f32() + r * x.cols + h * head_dim;
         for (int i = 0; i < half; ++i) {
-          float a = v[i], b = v[i + half];
+          float a = v[i], b = v[i + span];
           v[i] = a * cs[i] - b * sn[i];
-          v[i + half] = b * cs[i] + a * sn[i];
+          v[i + span] = b * cs[i] + a * sn[i];
         }
       }
     }

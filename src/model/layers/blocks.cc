@@ -3,23 +3,34 @@
 namespace kestrel {
 
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
-                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y) {
+                     const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
+                     const Tensor& select, StepKv* step, bool write_kv) {
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
   Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
-  Tensor k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
-  Tensor v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
   ops.matmul(q, x, w.q);
-  ops.matmul(k, x, w.k);
-  ops.matmul(v, x, w.v);
   if (!w.q_norm.empty()) ops.head_rms_norm(q, w.q_norm, hd, eps);
-  if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
   ops.rope(q, hd, cfg.rope, plan);
-  ops.rope(k, hd, cfg.rope, plan);
+  Tensor k, v;
+  if (w.k.empty()) {  // KV-shared: the source layer's k/v of this step (past positions: its cache)
+    KCHECK(step != nullptr && !step->k.empty());
+    k = step->k;
+    v = step->v;
+    write_kv = false;
+  } else {
+    k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+    v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+    ops.matmul(k, x, w.k);
+    ops.matmul(v, x, w.v.empty() ? w.k : w.v);  // K = V: the same projection, before k's norm and RoPE
+    if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
+    if (cfg.v_norm) ops.head_rms_norm(v, Tensor{}, hd, eps);
+    ops.rope(k, hd, cfg.rope, plan);
+    if (step) *step = {k, v};
+  }
   Tensor o = ws.take(T, q.cols);
   ops.attention(o, q, k, v, cache,
                 {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
-                 .window = window},
+                 .window = window, .select = select, .write_kv = write_kv},
                 plan);
   if (!w.gate.empty()) {
     Tensor gate = ws.take(T, q.cols);
@@ -44,7 +55,13 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
   ops.conv1d_silu(qkv, w.conv, state, cfg.conv_kernel, plan);
   Tensor o = ws.take(T, v_width);
   ops.gated_delta_rule(o, qkv, a, b, w.a_neg, w.dt_bias, state, cfg, plan);
-  ops.gated_rms_norm(o, z, w.norm, cfg.v_head_dim, eps);
+  if (cfg.gate_act == Activation::kSilu) {
+    ops.gated_rms_norm(o, z, w.norm, cfg.v_head_dim, eps);
+  } else {  // rmsnorm(o) * w * act(z)
+    ops.head_rms_norm(o, w.norm, cfg.v_head_dim, eps);
+    ops.activation(z, cfg.gate_act);
+    ops.mul(o, o, z);
+  }
   ops.matmul(y, o, w.out);
 }
 
@@ -54,7 +71,11 @@ void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, co
   Tensor u = ws.take(T, F);
   ops.matmul(g, x, w.gate);
   ops.matmul(u, x, w.up);
-  ops.silu_mul(g, g, u);
+  if (w.act == Activation::kGeluTanh) {
+    ops.gelu_tanh_mul(g, g, u);
+  } else {
+    ops.silu_mul(g, g, u);
+  }
   ops.matmul(y, g, w.down);
 }
 

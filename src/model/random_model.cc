@@ -299,6 +299,10 @@ RandomModelReport write_random_model(const RandomModelParams& params) {
     write_file_atomic(path_join(dir.temp_path(), "model.safetensors.index.json"), index.dump(2) + "\n");
   }
   if (progress) progress->finish();
+  for (const auto& file : params.extra_files) {
+    const std::string name = file.substr(file.find_last_of('/') + 1);
+    write_file_atomic(path_join(dir.temp_path(), name), read_file(file));
+  }
   dir.commit();
   return report;
 }

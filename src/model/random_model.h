@@ -25,6 +25,7 @@ struct RandomModelParams {
   int64_t vocab = 512;                               // tiny presets only
   uint64_t max_shard_bytes = 4ull * 1000 * 1000 * 1000;
   bool progress = true;
+  std::vector<std::string> extra_files;              // copied into the directory (tokenizer files)
 };
 
 struct RandomModelReport {

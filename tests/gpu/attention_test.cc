@@ -23,9 +23,15 @@ TEST_F(GpuTest, Rope) {
 
 TEST_F(GpuTest, Attention) {
   struct Case { int heads, kv, hd; };
-  const std::vector<std::pair<int, int>> seqs = {{0, 20}, {5, 1}, {33, 1}, {17, 9}, {0, 1}, {100, 40}};
-  for (Case c : {Case{4, 2, 32}, Case{4, 4, 64}, Case{8, 2, 128}, Case{4, 1, 256}, Case{2, 1, 80}}) {
-    for (int window : {0, 5, 64}) {
+  // A mixed prefill/decode batch (one split per row), and decode rows over long contexts (the
+  // split-KV path: several splits per row, merged by the combine kernel).
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 20}, {5, 1}, {33, 1}, {17, 9}, {0, 1}, {100, 40}}, {{300, 1}, {1000, 1}, {5, 1}}};
+  const std::vector<Case> cases = {{4, 2, 32}, {4, 4, 64}, {8, 2, 128}, {4, 1, 256}, {2, 1, 80}};
+  for (size_t i = 0; i < cases.size() * batches.size(); ++i) {
+    const Case c = cases[i % cases.size()];
+    const auto& seqs = batches[i / cases.size()];
+    for (int window : {0, 5, 64, 200}) {
       int32_t n_blocks = 0;
       StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
       const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
@@ -41,7 +47,8 @@ TEST_F(GpuTest, Attention) {
       gpu().begin_step(plan);
       gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
       const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
-                               std::to_string(c.hd) + " window " + std::to_string(window);
+                               std::to_string(c.hd) + " window " + std::to_string(window) + " rows " +
+                               std::to_string(T);
       EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << what;
       EXPECT_EQ(down(dkc), host(kc)) << what << ": k cache";
       EXPECT_EQ(down(dvc), host(vc)) << what << ": v cache";

@@ -56,9 +56,9 @@ TEST_F(DeltaRuleTest, SmallHeads) { check({2, 4, 32, 32}); }
 TEST_F(DeltaRuleTest, Qwen35Heads) { check({2, 4, 128, 128}); }
 TEST_F(DeltaRuleTest, UnevenDims) { check({1, 3, 64, 96}); }
 
-// Prefill split anywhere gives bit-identical outputs and state on the GPU (the recurrence does
-// not see the split at all).
-TEST_F(DeltaRuleTest, SplitPrefillIsBitIdentical) {
+// Prefill split on the 64-aligned chunk grid is bit-identical to one pass on the GPU; any other
+// split differs only by where the state was rounded to F32 (1e-6).
+TEST_F(DeltaRuleTest, SplitOnChunkGridIsBitIdentical) {
   DeltaNetConfig cfg{.n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 32, .v_head_dim = 32, .conv_kernel = 4};
   const int T = 150;
   Buffer qkv = random(T, cfg.conv_dim()), a = random(T, 4), b = random(T, 4);
@@ -85,8 +85,10 @@ TEST_F(DeltaRuleTest, SplitPrefillIsBitIdentical) {
   };
   const std::vector<float> whole = run({150});
   EXPECT_EQ(run({64, 64, 22}), whole);
-  EXPECT_EQ(run({1, 63, 70, 16}), whole);
-  EXPECT_EQ(run({37, 1, 1, 111}), whole);
+  EXPECT_EQ(run({128, 22}), whole);
+  EXPECT_EQ(run({64, 86}), whole);
+  EXPECT_LE(rel_err(run({1, 63, 70, 16}), whole), 1e-6);
+  EXPECT_LE(rel_err(run({37, 1, 1, 111}), whole), 1e-6);
 }
 
 }  // namespace

@@ -64,17 +64,19 @@ struct Context {
   StepView step;
   Scratch* scratch = nullptr;
   PointerTables* tables = nullptr;
+  bool gemv_only = false;  // CudaOps::set_exact_matmul: every matmul through the F32 GEMV kernel
   // Copies host data into scratch slot `slot` (stream-ordered) and returns the device pointer.
   void* upload_scratch(int slot, const void* host, size_t bytes) const;
 };
 
 // Scratch slot numbers, one per use, so nested users never collide.
 enum ScratchSlot : int {
-  kSlotMatmulX = 0,     // bf16 copy of matmul activations
+  kSlotMatmulX = 0,     // bf16 hi/lo split of matmul activations
   kSlotGatherRows = 1,  // row ids for gather_rows
   kSlotMoeHidden = 2,   // [T*k, F] expert hidden activations
   kSlotMoePartial = 3,  // [T*k, H] weighted expert outputs
-  kNumSlots = 4,
+  kSlotAttnPartial = 4, // split-KV attention partial results
+  kNumSlots = 5,
 };
 
 // Checks that begin_step ran with this plan.

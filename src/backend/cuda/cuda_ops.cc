@@ -125,6 +125,8 @@ const cuda::Context& CudaOps::ctx() const { return impl_->ctx; }
 
 void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream)); }
 
+void CudaOps::set_exact_matmul(bool on) { impl_->ctx.gemv_only = on; }
+
 Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
   KCHECK(rows >= 0 && cols >= 0);
   const size_t bytes = size_t(rows) * size_t(cols) * dtype_size(dtype);

@@ -58,6 +58,9 @@ class CudaOps final : public Ops {
 
   // Waits for all work queued so far.
   void synchronize();
+  // Reference precision for diagnosis: every matmul, whatever T, through the GEMV kernel (F32
+  // activations, as on the CPU) instead of cuBLAS. Slow for prefill; off by default.
+  void set_exact_matmul(bool on);
 
  private:
   struct Impl;

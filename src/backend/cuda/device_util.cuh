@@ -83,6 +83,7 @@ __device__ __forceinline__ float warp_dot(const float* __restrict__ x, const W* 
   const int lane = threadIdx.x & 31;
   float acc = 0.0f;
   if (vec) {
+#pragma unroll 4
     for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
       float wf[8];
       load8(w + k, wf);

@@ -4,16 +4,18 @@
 //   S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - S^T k_t))^T,    o_t = S_t^T q_t
 //
 // This first kernel runs the recurrent form for prefill too (correctness first; the chunked WY
-// kernel is next, docs/cuda.md). The recurrence does not depend on how a prefill is split, so the
-// chunking invariant holds bit for bit on any split, which includes the CPU's 64-aligned chunk
-// grid. The algebra is in double while the state fits in shared memory (as on the CPU oracle,
-// whose comment explains why), else in float.
+// kernel is next, docs/cuda.md). The state is rounded to F32 at the end of every chunk of the
+// 64-aligned grid, exactly as when a step ends there, so prefill split on that grid is
+// bit-identical to one pass (and any other split agrees to F32 rounding). The algebra is in
+// double while the state fits in shared memory (as on the CPU oracle, whose comment explains
+// why), else in float.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kChunk = 64;  // the engine's chunk grid (absolute positions)
 constexpr size_t kMaxSmem = 200 * 1024;
 
 // grid: (n_v_heads, n_seqs); block: kThreads; dynamic smem: S [dk * dv] + q, k [dk] of Acc.
@@ -72,6 +74,11 @@ __global__ void gdr_recurrent_kernel(float* __restrict__ out,         // [T, nv 
         o += (qs[d] * q_norm) * sv;
       }
       out[r * int64_t(nv) * dv + int64_t(h) * dv + e] = float(o);
+      // At the end of each 64-aligned chunk the state is rounded to F32, as if stored to the
+      // slot: a prefill split on that grid is then bit-identical to one pass.
+      if ((s.n_past + t + 1) % kChunk == 0) {
+        for (int d = 0; d < dk; ++d) S[d * dv + e] = Acc(float(S[d * dv + e]));
+      }
     }
     __syncthreads();  // qs, ks are rewritten by the next token
   }

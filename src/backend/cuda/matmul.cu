@@ -1,12 +1,16 @@
 // matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32, F32 out.
 //
 // Two paths:
-//  - small T (decode, T <= kGemvMaxRows) and non-BF16 weights: a GEMV kernel, one warp per
-//    output column, F32 activations times the weights as stored, F32 accumulation. It reads
-//    each weight row once per group of up to 8 rows, which is what decode is bound by.
-//  - BF16 weights and larger T (prefill): x is rounded to BF16 and cuBLAS multiplies on the
-//    tensor cores with F32 accumulation and F32 output. F32 weights use cublasSgemm in the
-//    default math mode, which never rounds to TF32.
+//  - small T (decode, T <= kGemvMaxRows) and F16 weights: a GEMV kernel, one warp per output
+//    column, F32 activations times the weights as stored, F32 accumulation. It reads each weight
+//    row once per group of up to 8 rows, which is what decode is bound by.
+//  - BF16 weights and larger T (prefill): cuBLAS on the tensor cores, BF16 x BF16 with F32
+//    accumulation and output. The weights are exact in BF16; the activations are split into
+//    hi = bf16(x) and lo = bf16(x - hi) and multiplied twice (out = w.hi + w.lo), which keeps
+//    them to ~2^-16 relative instead of BF16's 2^-9. Rounding the activations to BF16 alone
+//    (one GEMM) moved the fixtures' logits by up to 2x their RMS: the tiny random checkpoints
+//    amplify it, and MoE routing flips on it. F32 weights use cublasSgemm in the default math
+//    mode, which never rounds to TF32.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -33,6 +37,7 @@ __global__ void gemv_kernel(float* __restrict__ out,      // [T, N]
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = 0.0f;
   if (vec) {  // K % 8 == 0, rows 16-byte aligned
+#pragma unroll 4
     for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
       float wf[8];
       load8(wr + k, wf);
@@ -61,9 +66,15 @@ __global__ void gemv_kernel(float* __restrict__ out,      // [T, N]
   }
 }
 
-__global__ void to_bf16_kernel(__nv_bfloat16* __restrict__ dst, const float* __restrict__ src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
+// hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]).
+__global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ hi, __nv_bfloat16* __restrict__ lo,
+                                  const float* __restrict__ x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[i] = h;
+    lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+  }
 }
 
 template <typename W>
@@ -79,12 +90,17 @@ void launch_gemv(cudaStream_t stream, float* out, const float* x, const W* w, in
 // A = w seen as column-major [K, N] (transposed), B = x as column-major [K, T].
 void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __nv_bfloat16* w, int64_t T, int64_t K,
                         int64_t N) {
-  auto* xb = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2));
-  to_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(xb, x, T * K);
+  auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * 2));
+  __nv_bfloat16* lo = hi + T * K;
+  split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(hi, lo, x,
+                                                                                                          T * K);
   CUDA_CHECK_LAUNCH();
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &alpha, w, CUDA_R_16BF,
-                            int(K), xb, CUDA_R_16BF, int(K), &beta, out, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, w, CUDA_R_16BF,
+                            int(K), hi, CUDA_R_16BF, int(K), &zero, out, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, w, CUDA_R_16BF,
+                            int(K), lo, CUDA_R_16BF, int(K), &one, out, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
 
@@ -110,11 +126,11 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
     CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), ctx.stream));
     return;
   }
-  if (T > kGemvMaxRows && w.dtype == DType::kBF16) {
+  if (T > kGemvMaxRows && w.dtype == DType::kBF16 && !ctx.gemv_only) {
     launch_cublas_bf16(ctx, out.f32(), x.f32(), w.as<const __nv_bfloat16>(), T, K, N);
     return;
   }
-  if (T > kGemvMaxRows && w.dtype == DType::kF32) {
+  if (T > kGemvMaxRows && w.dtype == DType::kF32 && !ctx.gemv_only) {
     launch_cublas_f32(ctx, out.f32(), x.f32(), w.f32(), T, K, N);
     return;
   }

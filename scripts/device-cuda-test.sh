@@ -23,7 +23,7 @@ cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "
 echo "build ok"
 build/tests/kestrel_gpu_tests --gtest_filter="$filter" >"$out/gpu_tests.log" 2>&1
 rc=$?
-grep -E '^(BENCH|MATMUL|  qwen)|^\[  (FAILED|PASSED|SKIPPED)|Failure$' "$out/gpu_tests.log" | head -150
+grep -E '^(BENCH|MATMUL|PARITY|  qwen)|^\[  (FAILED|PASSED|SKIPPED)|Failure$' "$out/gpu_tests.log" | head -150
 grep -A3 'Failure$' "$out/gpu_tests.log" | cut -c1-200 | head -40
 echo "gpu tests exit $rc"
 for m in qwen3 qwen3_moe qwen3_5 qwen3_5_tied qwen3_5_moe qwen3_next; do

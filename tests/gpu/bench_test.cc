@@ -36,12 +36,19 @@ TEST_F(GpuBench, MatmulDecodeAndPrefill) {
     const double s = time([&] { gpu().matmul(out, x, w); });
     std::printf("BENCH matmul_gemv_T%d_%dx%d %.1f GB/s (%.1f us)\n", T, N, K, double(N) * K * 2 / s / 1e9, s * 1e6);
   }
-  for (int T : {512, 4096}) {
-    Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
-    const double s = time([&] { gpu().matmul(out, x, w); }, 10);
-    std::printf("BENCH matmul_cublas_T%d_%dx%d %.1f TFLOP/s (%.1f us)\n", T, N, K, 2.0 * T * N * K / s / 1e12,
-                s * 1e6);
+#ifdef KESTREL_HAVE_CUDA
+  auto& cuda = static_cast<CudaOps&>(gpu());
+  for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x2, MatmulPrecision::kBf16x3}) {
+    cuda.set_matmul_precision(p);
+    for (int T : {512, 4096}) {
+      Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+      const double s = time([&] { gpu().matmul(out, x, w); }, 10);
+      std::printf("BENCH matmul_%s_T%d_%dx%d %.1f TFLOP/s of model FLOPs (%.1f us)\n", matmul_precision_name(p), T,
+                  N, K, 2.0 * T * N * K / s / 1e12, s * 1e6);
+    }
   }
+  cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
+#endif
 }
 
 TEST_F(GpuBench, AttentionDecode) {

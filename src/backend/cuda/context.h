@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
 #include "ops/ops.h"
 
 namespace kestrel::cuda {
@@ -64,14 +65,14 @@ struct Context {
   StepView step;
   Scratch* scratch = nullptr;
   PointerTables* tables = nullptr;
-  bool gemv_only = false;  // CudaOps::set_exact_matmul: every matmul through the F32 GEMV kernel
+  MatmulPrecision matmul_precision = MatmulPrecision::kBf16x3;
   // Copies host data into scratch slot `slot` (stream-ordered) and returns the device pointer.
   void* upload_scratch(int slot, const void* host, size_t bytes) const;
 };
 
 // Scratch slot numbers, one per use, so nested users never collide.
 enum ScratchSlot : int {
-  kSlotMatmulX = 0,     // bf16 hi/lo split of matmul activations
+  kSlotMatmulX = 0,     // BF16 terms of split matmul activations
   kSlotGatherRows = 1,  // row ids for gather_rows
   kSlotMoeHidden = 2,   // [T*k, F] expert hidden activations
   kSlotMoePartial = 3,  // [T*k, H] weighted expert outputs

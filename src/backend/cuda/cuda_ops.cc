@@ -125,7 +125,18 @@ const cuda::Context& CudaOps::ctx() const { return impl_->ctx; }
 
 void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream)); }
 
-void CudaOps::set_exact_matmul(bool on) { impl_->ctx.gemv_only = on; }
+void CudaOps::set_matmul_precision(MatmulPrecision p) { impl_->ctx.matmul_precision = p; }
+MatmulPrecision CudaOps::matmul_precision() const { return impl_->ctx.matmul_precision; }
+
+const char* matmul_precision_name(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::kBf16: return "bf16";
+    case MatmulPrecision::kBf16x2: return "bf16x2";
+    case MatmulPrecision::kBf16x3: return "bf16x3";
+    case MatmulPrecision::kExact: return "exact";
+  }
+  return "?";
+}
 
 Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
   KCHECK(rows >= 0 && cols >= 0);

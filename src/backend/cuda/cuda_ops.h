@@ -13,6 +13,17 @@ struct Context;
 class Scratch;
 }  // namespace cuda
 
+// How prefill matmuls (T > 8 rows, BF16 weights) treat the F32 activations. The weights are
+// exact in BF16; the activations are split into BF16 terms x = t1 + t2 + ..., one tensor-core
+// GEMM per term, summed in F32. Decode rows (T <= 8) always take the F32 GEMV kernel.
+enum class MatmulPrecision : uint8_t {
+  kBf16,    // 1 term: activations rounded to BF16 (~2^-9 relative), 1 GEMM
+  kBf16x2,  // 2 terms (~2^-16), 2 GEMMs
+  kBf16x3,  // 3 terms (~2^-24, as exact as F32 inputs), 3 GEMMs: the default
+  kExact,   // no tensor cores: the F32 GEMV kernel for every T (slow; a reference for diagnosis)
+};
+const char* matmul_precision_name(MatmulPrecision p);
+
 class CudaOps final : public Ops {
  public:
   // Uses device `device`; Error(kUnsupported) naming --device cuda when there is no GPU.
@@ -58,9 +69,9 @@ class CudaOps final : public Ops {
 
   // Waits for all work queued so far.
   void synchronize();
-  // Reference precision for diagnosis: every matmul, whatever T, through the GEMV kernel (F32
-  // activations, as on the CPU) instead of cuBLAS. Slow for prefill; off by default.
-  void set_exact_matmul(bool on);
+  // See MatmulPrecision; kBf16x3 unless set.
+  void set_matmul_precision(MatmulPrecision p);
+  MatmulPrecision matmul_precision() const;
 
  private:
   struct Impl;

@@ -31,3 +31,14 @@ for m in qwen3 qwen3_moe qwen3_5 qwen3_5_tied qwen3_5_moe qwen3_next; do
   build/kestrel parity -m tests/data/fixtures/$m --device cuda 2>&1
 done >"$out/parity.log"
 grep -E '^==|^(PASS|FAIL) ' "$out/parity.log"
+# Optional: compute-sanitizer over the kernel parity tests (SANITIZE=1), each tool time-boxed.
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  kernels='GpuTest.Embed:GpuTest.RmsNorm:GpuTest.HeadAndGatedRmsNorm:GpuTest.AddGatesSoftcap:GpuTest.GatherRows'
+  kernels+=':GpuTest.MatmulRowSliceInputs:GpuTest.Rope:GpuTest.Attention:GpuTest.Conv1dSilu:DeltaRuleTest.SmallHeads'
+  kernels+=':DeltaRuleTest.UnevenDims:GpuTest.MoeRoute:GpuTest.MoeExperts'
+  for tool in memcheck racecheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
+      --gtest_filter="$kernels" >"$out/sanitize-$tool.log" 2>&1
+    echo "compute-sanitizer $tool exit $? ($(grep -E '(ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize-$tool.log" | tail -1))"
+  done
+fi

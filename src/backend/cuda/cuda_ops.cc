@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_ops.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/context.h"

@@ -12,6 +12,7 @@
 
 #include "model/config.h"
 #include "ops/step_plan.h"
+#include "core/error.h"
 #include "ops/tensor.h"
 
 namespace kestrel {
@@ -63,6 +64,9 @@ struct ExpertWeights {
   Tensor expert_scale;  // F32 [1, E] or empty: routing weight of expert e multiplied by expert_scale[e]
 };
 
+// Ops that only some backends implement have a default that refuses by name, so a model that
+// needs one fails clearly ("the cuda backend does not implement op 'qsa_select'") rather than
+// computing something else.
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -96,36 +100,36 @@ class Ops {
   // out[T, F] = silu(gate) * up.
   virtual void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // out[T, F] = gelu_tanh(gate) * up (see Activation). out may be gate or up.
-  virtual void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) { refuse("gelu_tanh_mul"); }
   // x *= s (every element).
-  virtual void scale(const Tensor& x, float s) = 0;
+  virtual void scale(const Tensor& x, float s) { refuse("scale"); }
   // out[T, n] = x[:, begin : begin + n] (a column block of x [T, C]).
-  virtual void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) = 0;
+  virtual void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { refuse("slice_cols"); }
   // out[R, C] = x[rows[r], :]
   virtual void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, float cap) = 0;
   // x = act(x) in place (silu, sigmoid or gelu-tanh).
-  virtual void activation(const Tensor& x, Activation act) = 0;
+  virtual void activation(const Tensor& x, Activation act) { refuse("activation"); }
   // out = a * b elementwise (out may be a or b).
-  virtual void mul(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void mul(const Tensor& out, const Tensor& a, const Tensor& b) { refuse("mul"); }
   // RMSNorm of each `group`-wide column block of each row: out = x / rms(group) * w, w F32
   // [1, x.cols] (a weight per column, not per group) or empty. out may be x.
-  virtual void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) = 0;
+  virtual void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) { refuse("group_rms_norm"); }
   // out[N, D] = rows ids[i] of the concatenation of `shards` (each [rows_k, D], BF16/F16/F32):
   // an embedding lookup with host-computed ids (hashed n-gram ids), table split row-wise.
-  virtual void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) = 0;
+  virtual void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) { refuse("embed_rows"); }
 
   // ---- residual streams (hyper-connections: x [T, n * H] holds n streams of width H) ----
   // out[T, n * H]: every stream = y [T, H].
-  virtual void streams_expand(const Tensor& out, const Tensor& y) = 0;
+  virtual void streams_expand(const Tensor& out, const Tensor& y) { refuse("streams_expand"); }
   // out[T, H] = mean over s of w_s * x_s (w, x [T, n * H]).
-  virtual void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) = 0;
+  virtual void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) { refuse("streams_mix"); }
   // x_s = (accumulate ? x_s : 0) + w[:, s] * y for every stream s; y [T, H], w [T, n].
-  virtual void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) = 0;
+  virtual void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) { refuse("streams_inject"); }
   // g[T, n] = sigmoid(sign(d) * sqrt(max(|d|, 1e-6))), d = <a_s, b_s> / sqrt(H) per stream s
   // (Qwen4-Exp PLE gate); a, b [T, n * H].
-  virtual void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) = 0;
+  virtual void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { refuse("stream_gate"); }
 
   // ---- matrix products ----
   // out[T, N] = x[T, K] . w[N, K]^T
@@ -149,7 +153,7 @@ class Ops {
                          const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) = 0;
   // Stores k, v [T, width] in the cache at the plan's positions (for a ring, only each
   // sequence's last ring_rows positions of the step).
-  virtual void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) = 0;
+  virtual void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) { refuse("kv_write"); }
 
   // QSA indexer: writes the raw keys k [T, head_dim] into cache.index_k at the plan's positions,
   // then for each row at position p picks its attended positions into select I32 [T, budget + ratio - 1]
@@ -158,7 +162,7 @@ class Ops {
   // sum_h relu(q_h . k_b) / sqrt(head_dim) (q [T, n_heads * head_dim], already normed and rotated);
   // the best budget / ratio blocks (ties to the lower block) and the incomplete tail are selected.
   virtual void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
-                          const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) = 0;
+                          const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) { refuse("qsa_select"); }
 
   // ---- Gated DeltaNet ----
   // Depthwise causal conv over time, per channel, continuing each sequence's conv state, then
@@ -178,7 +182,7 @@ class Ops {
   // then SiLU: out[t] = silu(sum_j w[c, j] x[t - (kernel - 1 - j) * dilation]). x, out [T, C]
   // (out may not be x); w F32 [C, kernel]. The state is updated.
   virtual void dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
-                                   int kernel, int dilation, const StepPlan& plan) = 0;
+                                   int kernel, int dilation, const StepPlan& plan) { refuse("dilated_conv1d_silu"); }
   // x [T, n * d] = rmsnorm(x per d-group) * w[d] * silu(z), in place.
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) = 0;
 
@@ -191,6 +195,11 @@ class Ops {
   // act = experts.act, w[t, j] = weights[t, j] (times experts.expert_scale[e] when given).
   virtual void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts) = 0;
+ protected:
+  [[noreturn]] void refuse(const char* op) const {
+    unsupported("the ", name(), " backend does not implement op '", op,
+                "' (needed by this model architecture); run it with --device cpu");
+  }
 };
 
 }  // namespace kestrel

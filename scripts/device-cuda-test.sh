@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds kestrel with CUDA and runs the GPU tests and the CUDA parity of the Qwen-line fixtures,
+# on a GPU machine whose image lacks the build's Debian dependencies. Those travel as .deb files
+# (apt-get download libgtest-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0
+# libpcre2-32-0 libpcre2-posix3 pkgconf pkgconf-bin libpkgconf3) in DEBS_DIR and are unpacked
+# under /tmp/deps, never over /.
+#   usage: scripts/device-cuda-test.sh DEBS_DIR OUT_DIR [gtest filter]
+set -uo pipefail
+debs=${1:?DEBS_DIR}
+out=${2:?OUT_DIR}
+filter=${3:-*}
+deps=/tmp/deps
+mkdir -p "$deps" "$out"
+for f in "$debs"/*.deb; do dpkg -x "$f" "$deps"; done
+lib=$deps/usr/lib/x86_64-linux-gnu
+export PATH=$deps/usr/bin:$PATH
+export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$deps
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake.log" 2>&1 ||
+  { tail -30 "$out/cmake.log"; exit 1; }
+cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
+echo "build ok"
+build/tests/kestrel_gpu_tests --gtest_filter="$filter" >"$out/gpu_tests.log" 2>&1
+rc=$?
+grep -E '^(BENCH|MATMUL|PARITY|  qwen)|^\[  (FAILED|PASSED|SKIPPED)|Failure$' "$out/gpu_tests.log" | head -150
+grep -A3 'Failure$' "$out/gpu_tests.log" | cut -c1-200 | head -40
+echo "gpu tests exit $rc"
+for m in qwen3 qwen3_moe qwen3_5 qwen3_5_tied qwen3_5_moe qwen3_next; do
+  echo "== kestrel parity -m tests/data/fixtures/$m --device cuda"
+  build/kestrel parity -m tests/data/fixtures/$m --device cuda 2>&1
+done >"$out/parity.log"
+grep -E '^==|^(PASS|FAIL) ' "$out/parity.log"
+# Optional: compute-sanitizer over the kernel parity tests (SANITIZE=1), each tool time-boxed.
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  kernels='GpuTest.Embed:GpuTest.RmsNorm:GpuTest.HeadAndGatedRmsNorm:GpuTest.AddGatesSoftcap:GpuTest.GatherRows'
+  kernels+=':GpuTest.MatmulRowSliceInputs:GpuTest.Rope:GpuTest.Attention:GpuTest.Conv1dSilu:DeltaRuleTest.SmallHeads'
+  kernels+=':DeltaRuleTest.UnevenDims:GpuTest.MoeRoute:GpuTest.MoeExperts'
+  for tool in memcheck racecheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
+      --gtest_filter="$kernels" >"$out/sanitize-$tool.log" 2>&1
+    echo "compute-sanitizer $tool exit $? ($(grep -E '(ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize-$tool.log" | tail -1))"
+  done
+fi

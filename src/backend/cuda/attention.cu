@@ -1,0 +1,239 @@
+// attention: paged-KV causal softmax attention with GQA and an optional sliding window.
+// 1. kv_write_kernel writes the step's k/v rows into each sequence's cache blocks.
+// 2. attention_kernel: one block per (row, head, split). The row's key positions
+//    [max(0, pos - window + 1), pos] are cut into n_splits contiguous ranges (split-KV: decode
+//    rows get enough blocks to fill the GPU); in a block 4 warps interleave over the range, each
+//    keeping an online softmax, merged in shared memory. With one split the block writes the
+//    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
+//    merges the splits. A simple correct kernel for prefill and decode alike; a tiled
+//    (flash-attention) prefill kernel is the next step, see docs/cuda.md.
+#include <algorithm>
+
+#include "backend/cuda/device_util.cuh"
+
+namespace kestrel::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxSplits = 64;
+constexpr int kMinKeysPerSplit = 64;
+
+__device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const SeqStep& s, int block_size,
+                                             int64_t pos) {
+  const int32_t block = block_tables[s.table_begin + pos / block_size];
+  return int64_t(block) * block_size + pos % block_size;
+}
+
+// grid: T blocks; copies k[r], v[r] (kv_width floats) into the cache row of position positions[r].
+__global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc,  // [n_blocks * bs, kv_width]
+                                const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
+                                const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
+                                const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
+                                int block_size, int64_t kv_width) {
+  const int64_t r = blockIdx.x;
+  const SeqStep s = seqs[row_seq[r]];
+  const int64_t row = cache_row(block_tables, s, block_size, positions[r]);
+  for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
+    kc[row * kv_width + i] = k[r * kv_width + i];
+    vc[row * kv_width + i] = v[r * kv_width + i];
+  }
+}
+
+// grid: (T, n_heads, n_splits); block: kWarps warps. DPL = head dims per lane (head_dim <= 32 * DPL).
+// part (n_splits > 1): [T, n_heads, n_splits, hd + 2] = (max, sum, acc[hd]) per split.
+template <int DPL>
+__global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
+                                 const float* __restrict__ q,   // [T, n_heads * hd]
+                                 const float* __restrict__ kc, const float* __restrict__ vc,  // cache rows
+                                 const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
+                                 const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
+                                 int block_size, int n_heads, int group, int hd, float scale, int window,
+                                 float* __restrict__ part) {
+  extern __shared__ float smem[];
+  float* qs = smem;                        // [hd]
+  float* accs = qs + hd;                   // [kWarps, hd]
+  float* ms = accs + kWarps * hd;          // [kWarps]
+  float* ls = ms + kWarps;                 // [kWarps]
+  const int64_t r = blockIdx.x;
+  const int h = blockIdx.y, kvh = h / group;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t kv_width = int64_t(n_heads / group) * hd;
+  const SeqStep s = seqs[row_seq[r]];
+  const int64_t pos = positions[r];
+  const int64_t first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];
+  __syncthreads();
+  float qv[DPL], acc[DPL];
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int d = i * 32 + lane;
+    qv[i] = d < hd ? qs[d] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int n_splits = gridDim.z, split = blockIdx.z;
+  const int64_t per_split = (pos - first + 1 + n_splits - 1) / n_splits;
+  const int64_t j0 = first + split * per_split;
+  const int64_t j1 = j0 + per_split - 1 < pos ? j0 + per_split - 1 : pos;  // inclusive
+  for (int64_t j = j0 + warp; j <= j1; j += kWarps) {
+    const int64_t row = cache_row(block_tables, s, block_size, j);
+    const float* kr = kc + row * kv_width + int64_t(kvh) * hd;
+    const float* vr = vc + row * kv_width + int64_t(kvh) * hd;
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = i * 32 + lane;
+      if (d < hd) dot += qv[i] * kr[d];
+    }
+    const float score = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, score);
+    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float p = expf(score - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = i * 32 + lane;
+      acc[i] = acc[i] * corr + (d < hd ? p * vr[d] : 0.0f);
+    }
+    m = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int d = i * 32 + lane;
+    if (d < hd) accs[warp * hd + d] = acc[i];
+  }
+  if (lane == 0) {
+    ms[warp] = m;
+    ls[warp] = l;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ms[w]);
+  float L = 0.0f;
+  float f[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = ms[w] == -INFINITY ? 0.0f : expf(ms[w] - M);
+    L += ls[w] * f[w];
+  }
+  if (n_splits == 1) {
+    const float inv = 1.0f / L;
+    float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float v = 0.0f;
+      for (int w = 0; w < kWarps; ++w) v += accs[w * hd + d] * f[w];
+      o[d] = v * inv;
+    }
+    return;
+  }
+  float* pp = part + ((r * n_heads + h) * int64_t(n_splits) + split) * (hd + 2);
+  if (threadIdx.x == 0) {
+    pp[0] = M;  // -inf when this split holds no keys (then L = 0 and acc = 0)
+    pp[1] = L;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < kWarps; ++w) v += accs[w * hd + d] * f[w];
+    pp[2 + d] = v;
+  }
+}
+
+// grid: (T, n_heads); merges the n_splits partial results of attention_kernel.
+__global__ void attention_combine_kernel(float* __restrict__ out,         // [T, n_heads * hd]
+                                         const float* __restrict__ part,  // [T, n_heads, n_splits, hd + 2]
+                                         int n_heads, int hd, int n_splits) {
+  const int64_t r = blockIdx.x;
+  const int h = blockIdx.y;
+  const float* pp = part + (r * n_heads + h) * int64_t(n_splits) * (hd + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pp[s * (hd + 2)]);
+  float L = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float m = pp[s * (hd + 2)];
+    if (m != -INFINITY) L += pp[s * (hd + 2) + 1] * expf(m - M);
+  }
+  const float inv = 1.0f / L;
+  float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float m = pp[s * (hd + 2)];
+      if (m != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * expf(m - M);
+    }
+    o[d] = v * inv;
+  }
+}
+
+template <int DPL>
+void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+                      const AttentionParams& p, int n_splits) {
+  const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
+  float* part = nullptr;
+  if (n_splits > 1) {
+    const size_t n = size_t(q.rows) * p.n_heads * n_splits * (p.head_dim + 2);
+    part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
+  }
+  dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
+  attention_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
+      out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
+      ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window,
+      part);
+  CUDA_CHECK_LAUNCH();
+  if (n_splits > 1) {
+    attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
+        out.f32(), part, p.n_heads, p.head_dim, n_splits);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+// Splits per row: enough blocks to cover the GPU twice, at least kMinKeysPerSplit keys each.
+int choose_splits(const StepPlan& plan, const AttentionParams& p) {
+  int64_t max_keys = 1;
+  for (int32_t pos : plan.positions) {
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, int64_t(pos) - p.window + 1) : 0;
+    max_keys = std::max<int64_t>(max_keys, pos - first + 1);
+  }
+  static const int n_sm = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const int64_t blocks = int64_t(plan.n_rows()) * p.n_heads;
+  const int64_t want = (2 * int64_t(n_sm) + blocks - 1) / blocks;
+  const int64_t by_keys = (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  return int(std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits));
+}
+
+}  // namespace
+
+void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+               const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
+  check_step(ctx, plan);
+  for (const Tensor* t : {&out, &q, &k, &v, &cache.k, &cache.v}) check_f32(*t, "attention tensor");
+  const int hd = p.head_dim;
+  const int64_t kv_width = int64_t(p.n_kv_heads) * hd;
+  KCHECK_MSG(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, "attention: ", p.n_heads,
+             " heads over ", p.n_kv_heads, " kv heads");
+  KCHECK_MSG(q.cols == int64_t(p.n_heads) * hd && k.cols == kv_width && v.cols == kv_width, "attention: q cols ",
+             q.cols, " k cols ", k.cols, " v cols ", v.cols, " for ", p.n_heads, "/", p.n_kv_heads, " heads of ", hd);
+  KCHECK(cache.k.cols == kv_width && cache.v.cols == kv_width && out.cols == q.cols && out.rows == q.rows);
+  KCHECK(q.rows == plan.n_rows() && k.rows == q.rows && v.rows == q.rows);
+  KCHECK_MSG(hd > 0 && hd <= 512, "attention: head_dim ", hd, " (the CUDA kernel takes up to 512)");
+  for (int64_t r = 0; r < q.rows; ++r) {
+    const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
+    KCHECK(plan.positions[size_t(r)] < int64_t(s.n_blocks) * plan.block_size);
+  }
+  if (q.rows == 0) return;
+  kv_write_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(cache.k.f32(), cache.v.f32(), k.f32(), v.f32(),
+                                                            ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
+                                                            ctx.step.block_tables, ctx.step.block_size, kv_width);
+  CUDA_CHECK_LAUNCH();
+  const int n_splits = choose_splits(plan, p);
+  if (hd <= 32) launch_attention<1>(ctx, out, q, cache, p, n_splits);
+  else if (hd <= 64) launch_attention<2>(ctx, out, q, cache, p, n_splits);
+  else if (hd <= 128) launch_attention<4>(ctx, out, q, cache, p, n_splits);
+  else if (hd <= 256) launch_attention<8>(ctx, out, q, cache, p, n_splits);
+  else launch_attention<16>(ctx, out, q, cache, p, n_splits);
+}
+
+}  // namespace kestrel::cuda

@@ -1,0 +1,114 @@
+// Context: what every CUDA entry point needs besides its tensors — the stream, the cuBLAS
+// handle, the step metadata begin_step uploaded, and growable scratch memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "ops/ops.h"
+
+namespace kestrel::cuda {
+
+// Device copies of the StepPlan's arrays (uploaded once per step by CudaOps::begin_step).
+struct StepView {
+  const int32_t* tokens = nullptr;        // [T]
+  const int32_t* positions = nullptr;     // [T]
+  const int32_t* row_seq = nullptr;       // [T]
+  const SeqStep* seqs = nullptr;          // [n_seqs]
+  const int32_t* block_tables = nullptr;  // [sum of n_blocks]
+  const int32_t* logit_rows = nullptr;    // [R]
+  int32_t n_rows = 0;
+  int32_t n_seqs = 0;
+  int32_t block_size = 0;
+};
+
+// Device scratch in numbered slots; a slot grows (never shrinks) on demand. Work on one stream
+// is ordered, so an op may reuse a slot that the previous op used.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch();
+  void* get(int slot, size_t bytes);
+
+ private:
+  std::vector<void*> ptr_;
+  std::vector<size_t> size_;
+};
+
+// Device copies of host arrays of device pointers (the expert weights of each MoE layer), made
+// once and reused while the pointers stay the same.
+class PointerTables {
+ public:
+  PointerTables() = default;
+  PointerTables(const PointerTables&) = delete;
+  PointerTables& operator=(const PointerTables&) = delete;
+  ~PointerTables();
+  const void* const* get(const std::vector<const void*>& ptrs, cudaStream_t stream);
+
+ private:
+  struct Entry {
+    std::vector<const void*> host;
+    void* dev = nullptr;
+  };
+  std::unordered_map<const void*, Entry> entries_;  // keyed by the first pointer
+};
+
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  StepView step;
+  Scratch* scratch = nullptr;
+  PointerTables* tables = nullptr;
+  MatmulPrecision matmul_precision = MatmulPrecision::kBf16x3;
+  // Copies host data into scratch slot `slot` (stream-ordered) and returns the device pointer.
+  void* upload_scratch(int slot, const void* host, size_t bytes) const;
+};
+
+// Scratch slot numbers, one per use, so nested users never collide.
+enum ScratchSlot : int {
+  kSlotMatmulX = 0,     // BF16 terms of split matmul activations
+  kSlotGatherRows = 1,  // row ids for gather_rows
+  kSlotMoeHidden = 2,   // [T*k, F] expert hidden activations
+  kSlotMoePartial = 3,  // [T*k, H] weighted expert outputs
+  kSlotAttnPartial = 4, // split-KV attention partial results
+  kNumSlots = 5,
+};
+
+// Checks that begin_step ran with this plan.
+inline void check_step(const Context& ctx, const StepPlan& plan) {
+  KCHECK_MSG(ctx.step.n_rows == plan.n_rows() && ctx.step.n_seqs == int32_t(plan.seqs.size()),
+             "CUDA op called with a StepPlan that begin_step did not see (", plan.n_rows(), " rows vs ",
+             ctx.step.n_rows, ")");
+}
+
+// ---- entry points, one file per op (same names as the CPU kernels) ----
+void embed(const Context& ctx, const Tensor& out, const Tensor& table, const StepPlan& plan, float scale);
+void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, float eps);
+void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps);
+void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
+void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate);
+void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up);
+void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
+void softcap(const Context& ctx, const Tensor& x, float cap);
+void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
+void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
+void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+               const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);
+void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
+                 const StepPlan& plan);
+void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
+                      const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
+                      const DeltaNetConfig& cfg, const StepPlan& plan);
+void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
+               bool norm_topk);
+void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts);
+
+}  // namespace kestrel::cuda

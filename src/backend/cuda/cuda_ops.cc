@@ -1,0 +1,287 @@
+#include "backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/context.h"
+
+namespace kestrel {
+namespace cuda {
+
+void cuda_failed(cudaError_t err, const char* expr, const char* file, int line) {
+  fail(ErrorKind::kInternal, "CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") in ", expr,
+       " at ", file, ":", line);
+}
+
+void cublas_failed(cublasStatus_t st, const char* expr, const char* file, int line) {
+  fail(ErrorKind::kInternal, "cuBLAS error ", cublasGetStatusName(st), " (", cublasGetStatusString(st), ") in ",
+       expr, " at ", file, ":", line);
+}
+
+Scratch::~Scratch() {
+  for (void* p : ptr_) {
+    if (p) cudaFree(p);  // no throwing from a destructor
+  }
+}
+
+void* Scratch::get(int slot, size_t bytes) {
+  KCHECK(slot >= 0);
+  if (size_t(slot) >= ptr_.size()) {
+    ptr_.resize(size_t(slot) + 1, nullptr);
+    size_.resize(size_t(slot) + 1, 0);
+  }
+  if (size_[size_t(slot)] < bytes) {
+    if (ptr_[size_t(slot)]) CUDA_CHECK(cudaFree(ptr_[size_t(slot)]));  // synchronizes: in-flight users finish
+    ptr_[size_t(slot)] = nullptr;
+    size_[size_t(slot)] = 0;
+    const size_t want = std::max<size_t>(bytes + bytes / 2, 4096);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, want);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail(ErrorKind::kOutOfMemory, "CUDA scratch: cannot allocate ", want, " bytes of device memory (",
+           cudaGetErrorString(err), ")");
+    }
+    ptr_[size_t(slot)] = p;
+    size_[size_t(slot)] = want;
+  }
+  return ptr_[size_t(slot)];
+}
+
+PointerTables::~PointerTables() {
+  for (auto& [key, e] : entries_) {
+    if (e.dev) cudaFree(e.dev);
+  }
+}
+
+const void* const* PointerTables::get(const std::vector<const void*>& ptrs, cudaStream_t stream) {
+  KCHECK(!ptrs.empty());
+  auto it = entries_.find(ptrs[0]);
+  if (it != entries_.end() && it->second.host == ptrs) return static_cast<const void* const*>(it->second.dev);
+  if (it == entries_.end()) it = entries_.emplace(ptrs[0], Entry{}).first;
+  Entry& e = it->second;
+  if (e.dev && e.host.size() < ptrs.size()) {
+    CUDA_CHECK(cudaFree(e.dev));
+    e.dev = nullptr;
+  }
+  if (!e.dev) CUDA_CHECK(cudaMalloc(&e.dev, ptrs.size() * sizeof(void*)));
+  e.host = ptrs;
+  CUDA_CHECK(cudaMemcpyAsync(e.dev, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return static_cast<const void* const*>(e.dev);
+}
+
+void* Context::upload_scratch(int slot, const void* host, size_t bytes) const {
+  void* d = scratch->get(slot, bytes);
+  // Pageable source: the call returns once the bytes are staged, so `host` may change after it.
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream));
+  return d;
+}
+
+}  // namespace cuda
+
+struct CudaOps::Impl {
+  int device = 0;
+  cuda::Context ctx;
+  cuda::Scratch scratch;
+  cuda::PointerTables tables;
+  // begin_step's device copy of the plan's arrays, one allocation, grown on demand.
+  void* plan_dev = nullptr;
+  size_t plan_cap = 0;
+  std::vector<int32_t> plan_host;  // staging: the arrays packed back to back
+};
+
+int CudaOps::device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
+  if (device_count() <= device) unsupported("--device cuda: no CUDA device found");
+  impl_->device = device;
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->ctx.stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&impl_->ctx.cublas));
+  CUBLAS_CHECK(cublasSetStream(impl_->ctx.cublas, impl_->ctx.stream));
+  // The default math mode keeps at least the requested precision: F32 GEMMs never drop to TF32
+  // (BF16 GEMMs still use the tensor cores with F32 accumulation).
+  CUBLAS_CHECK(cublasSetMathMode(impl_->ctx.cublas, CUBLAS_DEFAULT_MATH));
+  impl_->ctx.scratch = &impl_->scratch;
+  impl_->ctx.tables = &impl_->tables;
+}
+
+CudaOps::~CudaOps() {
+  if (!impl_) return;
+  cudaStreamSynchronize(impl_->ctx.stream);
+  if (impl_->plan_dev) cudaFree(impl_->plan_dev);
+  if (impl_->ctx.cublas) cublasDestroy(impl_->ctx.cublas);
+  if (impl_->ctx.stream) cudaStreamDestroy(impl_->ctx.stream);
+}
+
+const cuda::Context& CudaOps::ctx() const { return impl_->ctx; }
+
+void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream)); }
+
+void CudaOps::set_matmul_precision(MatmulPrecision p) { impl_->ctx.matmul_precision = p; }
+MatmulPrecision CudaOps::matmul_precision() const { return impl_->ctx.matmul_precision; }
+
+const char* matmul_precision_name(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::kBf16: return "bf16";
+    case MatmulPrecision::kBf16x2: return "bf16x2";
+    case MatmulPrecision::kBf16x3: return "bf16x3";
+    case MatmulPrecision::kExact: return "exact";
+  }
+  return "?";
+}
+
+Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
+  KCHECK(rows >= 0 && cols >= 0);
+  const size_t bytes = size_t(rows) * size_t(cols) * dtype_size(dtype);
+  void* p = nullptr;
+  if (bytes) {
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail(ErrorKind::kOutOfMemory, "CUDA: cannot allocate ", bytes, " bytes for a [", rows, ", ", cols, "] ",
+           dtype_name(dtype), " tensor (", cudaGetErrorString(err), ")");
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, impl_->ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
+  }
+  Tensor t{.dtype = dtype, .device = Device::kCuda, .data = p, .rows = rows, .cols = cols};
+  return Buffer(t, [](void* q) { cudaFree(q); });
+}
+
+Buffer CudaOps::upload(const Tensor& host) {
+  KCHECK(host.device == Device::kCpu);
+  Buffer b = alloc(host.dtype, host.rows, host.cols);
+  if (host.nbytes()) {
+    CUDA_CHECK(cudaMemcpyAsync(b.view().data, host.data, host.nbytes(), cudaMemcpyHostToDevice, impl_->ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
+  }
+  return b;
+}
+
+void CudaOps::to_host(const Tensor& src, void* dst) {
+  KCHECK(src.device == Device::kCuda);
+  if (!src.nbytes()) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, impl_->ctx.stream));
+  CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
+}
+
+void CudaOps::zero(const Tensor& t) {
+  if (t.nbytes()) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), impl_->ctx.stream));
+}
+
+void CudaOps::zero_rows(const Tensor& t, int64_t row) {
+  KCHECK(row >= 0 && row < t.rows);
+  const size_t row_bytes = size_t(t.cols) * dtype_size(t.dtype);
+  CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(t.data) + size_t(row) * row_bytes, 0, row_bytes,
+                             impl_->ctx.stream));
+}
+
+void CudaOps::copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) {
+  KCHECK(dst.cols == src.cols && dst.dtype == src.dtype && dst_row + n <= dst.rows && src_row + n <= src.rows);
+  const size_t row_bytes = size_t(dst.cols) * dtype_size(dst.dtype);
+  CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data) + size_t(dst_row) * row_bytes,
+                             static_cast<const uint8_t*>(src.data) + size_t(src_row) * row_bytes, size_t(n) * row_bytes,
+                             cudaMemcpyDeviceToDevice, impl_->ctx.stream));
+}
+
+void CudaOps::begin_step(const StepPlan& plan) {
+  static_assert(sizeof(SeqStep) == 6 * sizeof(int32_t), "SeqStep is packed as 6 int32 for the device");
+  const size_t T = plan.tokens.size(), S = plan.seqs.size(), B = plan.block_tables.size(),
+               R = plan.logit_rows.size();
+  KCHECK(plan.positions.size() == T && plan.row_seq.size() == T);
+  // Layout (int32 units): tokens | positions | row_seq | seqs (6 each) | block_tables | logit_rows
+  const size_t total = 3 * T + 6 * S + B + R;
+  auto& h = impl_->plan_host;
+  h.resize(std::max<size_t>(total, 1));
+  int32_t* p = h.data();
+  std::memcpy(p, plan.tokens.data(), T * 4);
+  std::memcpy(p + T, plan.positions.data(), T * 4);
+  std::memcpy(p + 2 * T, plan.row_seq.data(), T * 4);
+  if (S) std::memcpy(p + 3 * T, plan.seqs.data(), S * sizeof(SeqStep));
+  if (B) std::memcpy(p + 3 * T + 6 * S, plan.block_tables.data(), B * 4);
+  if (R) std::memcpy(p + 3 * T + 6 * S + B, plan.logit_rows.data(), R * 4);
+  const size_t bytes = h.size() * 4;
+  if (impl_->plan_cap < bytes) {
+    if (impl_->plan_dev) CUDA_CHECK(cudaFree(impl_->plan_dev));
+    impl_->plan_dev = nullptr;
+    impl_->plan_cap = 0;
+    const size_t want = bytes * 2;
+    CUDA_CHECK(cudaMalloc(&impl_->plan_dev, want));
+    impl_->plan_cap = want;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(impl_->plan_dev, h.data(), bytes, cudaMemcpyHostToDevice, impl_->ctx.stream));
+  const int32_t* d = static_cast<const int32_t*>(impl_->plan_dev);
+  auto& v = impl_->ctx.step;
+  v.tokens = d;
+  v.positions = d + T;
+  v.row_seq = d + 2 * T;
+  v.seqs = reinterpret_cast<const SeqStep*>(d + 3 * T);
+  v.block_tables = d + 3 * T + 6 * S;
+  v.logit_rows = d + 3 * T + 6 * S + B;
+  v.n_rows = int32_t(T);
+  v.n_seqs = int32_t(S);
+  v.block_size = plan.block_size;
+}
+
+void CudaOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
+  cuda::embed(ctx(), out, table, plan, scale);
+}
+void CudaOps::rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
+  cuda::rms_norm(ctx(), out, x, w, eps);
+}
+void CudaOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) {
+  cuda::head_rms_norm(ctx(), x, w, head_dim, eps);
+}
+void CudaOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::add(ctx(), out, a, b); }
+void CudaOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cuda::mul_sigmoid(ctx(), x, gate); }
+void CudaOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cuda::silu_mul(ctx(), out, gate, up);
+}
+void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
+  cuda::gather_rows(ctx(), out, x, rows);
+}
+void CudaOps::softcap(const Tensor& x, float cap) { cuda::softcap(ctx(), x, cap); }
+void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
+void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
+  if (rope.whole_head_pairs) refuse("rope (whole-head pairing, Gemma 4 proportional RoPE)");
+  cuda::rope(ctx(), x, head_dim, rope, plan);
+}
+void CudaOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
+  if (cache.ring_rows > 0) refuse("attention over a sliding-window ring cache");
+  if (!p.write_kv || k.empty()) refuse("attention over shared KV (write_kv = false)");
+  if (!p.select.empty()) refuse("attention over a QSA selection");
+  cuda::attention(ctx(), out, q, k, v, cache, p, plan);
+}
+void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
+                          const StepPlan& plan) {
+  cuda::conv1d_silu(ctx(), x, w, state, kernel, plan);
+}
+void CudaOps::gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
+                               const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
+                               const DeltaNetConfig& cfg, const StepPlan& plan) {
+  cuda::gated_delta_rule(ctx(), out, qkv, a, b, a_neg, dt_bias, state, cfg, plan);
+}
+void CudaOps::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
+  cuda::gated_rms_norm(ctx(), x, z, w, head_dim, eps);
+}
+void CudaOps::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) {
+  cuda::moe_route(ctx(), ids, weights, logits, top_k, norm_topk);
+}
+void CudaOps::moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const ExpertWeights& experts) {
+  if (experts.act != Activation::kSilu || !experts.expert_scale.empty())
+    refuse("moe_experts with a non-SiLU activation or per-expert scales");
+  cuda::moe_experts(ctx(), out, x, ids, weights, experts);
+}
+
+}  // namespace kestrel

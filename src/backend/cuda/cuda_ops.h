@@ -1,0 +1,83 @@
+// CudaOps: the CUDA backend. Device memory from cudaMalloc (never managed memory), one stream,
+// one cuBLAS handle; each op forwards to its entry point in <op>.cu (see context.h).
+#pragma once
+
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace kestrel {
+
+namespace cuda {
+struct Context;
+class Scratch;
+}  // namespace cuda
+
+// How prefill matmuls (T > 8 rows, BF16 weights) treat the F32 activations. The weights are
+// exact in BF16; the activations are split into BF16 terms x = t1 + t2 + ..., one tensor-core
+// GEMM per term, summed in F32. Decode rows (T <= 8) always take the F32 GEMV kernel.
+enum class MatmulPrecision : uint8_t {
+  kBf16,    // 1 term: activations rounded to BF16 (~2^-9 relative), 1 GEMM
+  kBf16x2,  // 2 terms (~2^-16), 2 GEMMs
+  kBf16x3,  // 3 terms (~2^-24, as exact as F32 inputs), 3 GEMMs: the default
+  kExact,   // no tensor cores: the F32 GEMV kernel for every T (slow; a reference for diagnosis)
+};
+const char* matmul_precision_name(MatmulPrecision p);
+
+class CudaOps final : public Ops {
+ public:
+  // Uses device `device`; Error(kUnsupported) naming --device cuda when there is no GPU.
+  explicit CudaOps(int device = 0);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  // Number of CUDA devices visible (0 when there is no driver or no GPU; never throws).
+  static int device_count();
+
+  Device device() const override { return Device::kCuda; }
+  const char* name() const override { return "cuda"; }
+
+  Buffer alloc(DType dtype, int64_t rows, int64_t cols) override;
+  Buffer upload(const Tensor& host) override;
+  void to_host(const Tensor& src, void* dst) override;
+  void zero(const Tensor& t) override;
+  void zero_rows(const Tensor& t, int64_t row) override;
+  void copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) override;
+  void begin_step(const StepPlan& plan) override;
+
+  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) override;
+  void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
+  void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) override;
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void mul_sigmoid(const Tensor& x, const Tensor& gate) override;
+  void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
+  void softcap(const Tensor& x, float cap) override;
+  void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
+  void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
+                 const AttentionParams& p, const StepPlan& plan) override;
+  void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
+                   const StepPlan& plan) override;
+  void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& a_neg,
+                        const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,
+                        const StepPlan& plan) override;
+  void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) override;
+  void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) override;
+  void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const ExpertWeights& experts) override;
+
+  // Waits for all work queued so far.
+  void synchronize();
+  // See MatmulPrecision; kBf16x3 unless set.
+  void set_matmul_precision(MatmulPrecision p);
+  MatmulPrecision matmul_precision() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  const cuda::Context& ctx() const;
+};
+
+}  // namespace kestrel

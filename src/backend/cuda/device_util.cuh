@@ -1,0 +1,121 @@
+// Device helpers shared by the kernels: element loads for every weight dtype, warp and block
+// reductions, activation functions. Included only by .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/context.h"
+
+namespace kestrel::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename W>
+__device__ __forceinline__ float to_f32(W v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+template <typename T>
+__device__ T block_sum(T v) {
+  __shared__ T partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T total = T(0);
+  for (int i = 0; i < n_warps; ++i) total += partial[i];  // fixed order: deterministic
+  return total;
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf(float x) { return x / (1.0f + expf(-x)); }
+
+// 8 consecutive weights as floats from a 16-byte aligned (BF16/F16) or 32-byte (F32) address.
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// dot(x[0..K), w[0..K)) over one warp (every lane gets the sum); vec: K % 8 == 0 and both
+// pointers 16-byte aligned.
+template <typename W>
+__device__ __forceinline__ float warp_dot(const float* __restrict__ x, const W* __restrict__ w, int64_t K, bool vec) {
+  const int lane = threadIdx.x & 31;
+  float acc = 0.0f;
+  if (vec) {
+#pragma unroll 4
+    for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
+      float wf[8];
+      load8(w + k, wf);
+      const float4 a = *reinterpret_cast<const float4*>(x + k);
+      const float4 b = *reinterpret_cast<const float4*>(x + k + 4);
+      acc += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] +
+             b.w * wf[7];
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) acc += x[k] * to_f32(w[k]);
+  }
+  return warp_sum(acc);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+// Calls fn.template operator()<W>() with W the device type of a weight dtype.
+template <typename Fn>
+void dispatch_weight(DType dt, const char* what, Fn&& fn) {
+  switch (dt) {
+    case DType::kBF16: fn.template operator()<__nv_bfloat16>(); break;
+    case DType::kF16: fn.template operator()<__half>(); break;
+    case DType::kF32: fn.template operator()<float>(); break;
+    default: unsupported(what, ": weight dtype ", dtype_name(dt), " is not supported on CUDA");
+  }
+}
+
+inline void check_f32(const Tensor& t, const char* what) {
+  KCHECK_MSG(t.dtype == DType::kF32, what, " must be F32, got ", dtype_name(t.dtype));
+  KCHECK_MSG(t.device == Device::kCuda || t.numel() == 0, what, " is not on the CUDA device");
+}
+
+}  // namespace kestrel::cuda

@@ -1,0 +1,186 @@
+// matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32, F32 out.
+//
+// Two paths:
+//  - small T (decode, T <= kGemvMaxRows), F16 weights, and MatmulPrecision::kExact: a GEMV
+//    kernel, one warp per output column, F32 activations times the weights as stored, F32
+//    accumulation. It reads each weight row once per group of up to 8 rows, which is what
+//    decode is bound by.
+//  - BF16 weights and larger T (prefill): cuBLAS on the tensor cores, BF16 x BF16 with F32
+//    accumulation and output. The weights are exact in BF16; the activations are split into
+//    BF16 terms t1 = bf16(x), t2 = bf16(x - t1), t3 = bf16(x - t1 - t2) and multiplied once per
+//    term (out = w.t1 + w.t2 + w.t3). With 3 terms (the default) the inputs are as exact as F32;
+//    1 term is plain BF16 activations. See docs/cuda.md for what each costs in parity and time.
+//    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
+#include "backend/cuda/device_util.cuh"
+
+namespace kestrel::cuda {
+namespace {
+
+constexpr int kGemvMaxRows = 8;  // rows per GEMV pass, and the largest T that takes the GEMV path
+constexpr int kGemvWarps = 8;    // output columns per block
+
+// Decode of one row, the bandwidth-bound case: each warp computes kGemv1Cols consecutive
+// columns, so one load of x serves them all and each lane keeps 4 weight loads in flight.
+// grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
+constexpr int kGemv1Cols = 4;
+template <typename W>
+__global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
+                             const float* __restrict__ x,  // [1, K]
+                             const W* __restrict__ w,      // [N, K]
+                             int64_t K, int64_t N) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
+  if (n0 >= N) return;
+  const W* wr[kGemv1Cols];
+#pragma unroll
+  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // tail: read, drop
+  float acc[kGemv1Cols] = {};
+#pragma unroll 2
+  for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
+    const float4 a = *reinterpret_cast<const float4*>(x + k);
+    const float4 b = *reinterpret_cast<const float4*>(x + k + 4);
+    float wf[kGemv1Cols][8];
+#pragma unroll
+    for (int c = 0; c < kGemv1Cols; ++c) load8(wr[c] + k, wf[c]);
+#pragma unroll
+    for (int c = 0; c < kGemv1Cols; ++c)
+      acc[c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
+                b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+  }
+#pragma unroll
+  for (int c = 0; c < kGemv1Cols; ++c) {
+    const float sum = warp_sum(acc[c]);
+    if (lane == 0 && n0 + c < N) out[n0 + c] = sum;
+  }
+}
+
+// grid: (ceil(N / kGemvWarps), ceil(T / kGemvMaxRows)); block: kGemvWarps warps.
+// Warp w of block (bx, by) computes out[by*8 .. +8, bx*kGemvWarps + w].
+template <typename W>
+__global__ void gemv_kernel(float* __restrict__ out,      // [T, N]
+                            const float* __restrict__ x,  // [T, K]
+                            const W* __restrict__ w,      // [N, K]
+                            int64_t T, int64_t K, int64_t N, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int64_t row0 = int64_t(blockIdx.y) * kGemvMaxRows;
+  const int rows = T - row0 < kGemvMaxRows ? int(T - row0) : kGemvMaxRows;
+  const W* wr = w + n * K;
+  const float* xr = x + row0 * K;
+  float acc[kGemvMaxRows];
+#pragma unroll
+  for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = 0.0f;
+  if (vec) {  // K % 8 == 0, rows 16-byte aligned
+#pragma unroll 4
+    for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
+      float wf[8];
+      load8(wr + k, wf);
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r) {
+        if (r < rows) {
+          const float4 a = *reinterpret_cast<const float4*>(xr + r * K + k);
+          const float4 b = *reinterpret_cast<const float4*>(xr + r * K + k + 4);
+          acc[r] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] + b.y * wf[5] +
+                    b.z * wf[6] + b.w * wf[7];
+        }
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float wv = to_f32(wr[k]);
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r)
+        if (r < rows) acc[r] += xr[r * K + k] * wv;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvMaxRows; ++r) {
+    const float s = warp_sum(acc[r]);
+    if (lane == 0 && r < rows) out[(row0 + r) * N + n] = s;
+  }
+}
+
+// terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms: [n_terms, n].
+__global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float* __restrict__ x, int64_t n,
+                                  int n_terms) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float rest = x[i];
+    for (int j = 0; j < n_terms; ++j) {
+      const __nv_bfloat16 t = __float2bfloat16_rn(rest);
+      terms[j * n + i] = t;
+      rest -= __bfloat162float(t);
+    }
+  }
+}
+
+template <typename W>
+void launch_gemv(cudaStream_t stream, float* out, const float* x, const W* w, int64_t T, int64_t K, int64_t N) {
+  const bool vec = K % 8 == 0 && aligned16(x) && aligned16(w);
+  if (T == 1 && vec) {
+    gemv1_kernel<W><<<unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream>>>(out, x, w, K, N);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  dim3 grid(unsigned(ceil_div(N, kGemvWarps)), unsigned(ceil_div(T, kGemvMaxRows)));
+  KCHECK_MSG(grid.y <= 65535, "matmul: ", T, " rows is too many for the GEMV path");
+  gemv_kernel<W><<<grid, kGemvWarps * 32, 0, stream>>>(out, x, w, T, K, N, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+// out^T = w . x^T in cuBLAS's column-major terms: C[N, T] = op(A)[N, K] . B[K, T] with
+// A = w seen as column-major [K, N] (transposed), B = x as column-major [K, T].
+void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __nv_bfloat16* w, int64_t T, int64_t K,
+                        int64_t N, int n_terms) {
+  auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(n_terms)));
+  split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
+      terms, x, T * K, n_terms);
+  CUDA_CHECK_LAUNCH();
+  const float one = 1.0f, zero = 0.0f;
+  for (int j = 0; j < n_terms; ++j) {
+    CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, w, CUDA_R_16BF,
+                              int(K), terms + j * T * K, CUDA_R_16BF, int(K), j == 0 ? &zero : &one, out, CUDA_R_32F,
+                              int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+void launch_cublas_f32(const Context& ctx, float* out, const float* x, const float* w, int64_t T, int64_t K,
+                       int64_t N) {
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasSgemm(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &alpha, w, int(K), x, int(K),
+                           &beta, out, int(N)));
+}
+
+}  // namespace
+
+void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w) {
+  check_f32(x, "matmul x");
+  check_f32(out, "matmul out");
+  KCHECK_MSG(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shapes: x [", x.rows, ",", x.cols,
+             "] w [", w.rows, ",", w.cols, "] out [", out.rows, ",", out.cols, "]");
+  KCHECK_MSG(w.device == Device::kCuda, "matmul: weight is not on the CUDA device");
+  const int64_t T = x.rows, K = x.cols, N = w.rows;
+  if (T == 0 || N == 0) return;
+  KCHECK_MSG(K <= INT32_MAX && N <= INT32_MAX && T <= INT32_MAX, "matmul: dimensions beyond cuBLAS's int range");
+  if (K == 0) {
+    CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), ctx.stream));
+    return;
+  }
+  const bool exact = ctx.matmul_precision == MatmulPrecision::kExact;
+  if (T > kGemvMaxRows && w.dtype == DType::kBF16 && !exact) {
+    const int n_terms = ctx.matmul_precision == MatmulPrecision::kBf16     ? 1
+                        : ctx.matmul_precision == MatmulPrecision::kBf16x2 ? 2
+                                                                           : 3;
+    launch_cublas_bf16(ctx, out.f32(), x.f32(), w.as<const __nv_bfloat16>(), T, K, N, n_terms);
+    return;
+  }
+  if (T > kGemvMaxRows && w.dtype == DType::kF32 && !exact) {
+    launch_cublas_f32(ctx, out.f32(), x.f32(), w.f32(), T, K, N);
+    return;
+  }
+  dispatch_weight(w.dtype, "matmul", [&]<typename W>() {
+    launch_gemv<W>(ctx.stream, out.f32(), x.f32(), w.as<const W>(), T, K, N);
+  });
+}
+
+}  // namespace kestrel::cuda

@@ -1,0 +1,83 @@
+// RMSNorm variants: rms_norm over whole rows, head_rms_norm over head_dim groups, and
+// gated_rms_norm (norm * w * silu(z)) over head_dim groups. Sums of squares in double, as the
+// CPU oracle does; out may alias x (each element is read before it is written, by one thread).
+#include "backend/cuda/device_util.cuh"
+
+namespace kestrel::cuda {
+namespace {
+
+// grid: rows; one block per row of n.
+__global__ void rms_norm_kernel(float* out,             // [rows, n]
+                                const float* x,         // [rows, n]
+                                const float* __restrict__ w,  // [n] or null
+                                int64_t n, float eps) {
+  const float* xr = x + blockIdx.x * n;
+  float* o = out + blockIdx.x * n;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
+  ss = block_sum(ss);
+  const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
+// One warp per group of d values; z (gate) null for the plain head norm.
+__global__ void group_rms_norm_kernel(float* x,                      // [groups, d]
+                                      const float* __restrict__ z,   // [groups, d] or null
+                                      const float* __restrict__ w,   // [d] or null
+                                      int64_t groups, int d, float eps) {
+  const int64_t g = blockIdx.x * int64_t(blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (g >= groups) return;
+  float* v = x + g * d;
+  double ss = 0.0;
+  for (int i = lane; i < d; i += 32) ss += double(v[i]) * double(v[i]);
+  ss = warp_sum(ss);
+  const float s = float(1.0 / sqrt(ss / double(d) + double(eps)));
+  for (int i = lane; i < d; i += 32) {
+    float r = w ? (v[i] * s) * w[i] : v[i] * s;
+    if (z) r *= siluf(z[g * d + i]);
+    v[i] = r;
+  }
+}
+
+void launch_group_norm(cudaStream_t stream, float* x, const float* z, const float* w, int64_t groups, int d,
+                       float eps) {
+  if (groups == 0) return;
+  constexpr int kWarps = 8;
+  group_rms_norm_kernel<<<ceil_div(groups, kWarps), kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
+  check_f32(out, "rms_norm out");
+  check_f32(x, "rms_norm x");
+  KCHECK_MSG(out.rows == x.rows && out.cols == x.cols, "rms_norm: out [", out.rows, ", ", out.cols, "] x [", x.rows,
+             ", ", x.cols, "]");
+  KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == x.cols));
+  if (x.rows == 0) return;
+  const int threads = x.cols >= 1024 ? 512 : x.cols >= 256 ? 256 : 128;
+  rms_norm_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(out.f32(), x.f32(),
+                                                                 w.empty() ? nullptr : w.f32(), x.cols, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps) {
+  check_f32(x, "head_rms_norm x");
+  KCHECK_MSG(head_dim > 0 && x.cols % head_dim == 0, "head_rms_norm: ", x.cols, " cols, head_dim ", head_dim);
+  KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == head_dim));
+  launch_group_norm(ctx.stream, x.f32(), nullptr, w.empty() ? nullptr : w.f32(), x.numel() / head_dim, head_dim,
+                    eps);
+}
+
+void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
+  check_f32(x, "gated_rms_norm x");
+  check_f32(z, "gated_rms_norm z");
+  KCHECK_MSG(x.numel() == z.numel() && head_dim > 0 && x.cols % head_dim == 0, "gated_rms_norm: x ", x.numel(),
+             " z ", z.numel(), " head_dim ", head_dim);
+  KCHECK(w.dtype == DType::kF32 && w.numel() == head_dim);
+  launch_group_norm(ctx.stream, x.f32(), z.f32(), w.f32(), x.numel() / head_dim, head_dim, eps);
+}
+
+}  // namespace kestrel::cuda

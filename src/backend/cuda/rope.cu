@@ -1,0 +1,49 @@
+// rope: rotate-half (NEOX) rotary embedding of the leading rotary_dim dims of every head, at the
+// plan's positions. Angles in fp32 (position x inverse frequency), cos/sin in double, like the
+// CPU oracle; frequencies over freq_dim dims (proportional RoPE) when set.
+#include "backend/cuda/device_util.cuh"
+
+namespace kestrel::cuda {
+namespace {
+
+// grid: T blocks; threads walk (head, i) for i < half.
+__global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
+                            const int32_t* __restrict__ positions,  // [T]
+                            int n_heads, int head_dim, int half, int freq_dim, double theta) {
+  const int64_t r = blockIdx.x;
+  const float pos = float(positions[r]);
+  float* row = x + r * int64_t(n_heads) * head_dim;
+  for (int w = threadIdx.x; w < n_heads * half; w += blockDim.x) {
+    const int h = w / half, i = w % half;
+    const float exponent = float(2 * i) / float(freq_dim);
+    const float inv_freq = float(1.0 / pow(theta, double(exponent)));
+    const float angle = pos * inv_freq;
+    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+    float* v = row + h * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+}  // namespace
+
+void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& plan) {
+  const int rot = cfg.rotary_dim;
+  if (rot == 0) return;
+  check_f32(x, "rope x");
+  check_step(ctx, plan);
+  KCHECK_MSG(rot % 2 == 0 && rot <= head_dim && x.cols % head_dim == 0, "rope: rotary_dim ", rot, " head_dim ",
+             head_dim, " cols ", x.cols);
+  KCHECK(x.rows == plan.n_rows());
+  if (x.rows == 0) return;
+  const int half = rot / 2;
+  const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
+  const int n_heads = int(x.cols / head_dim);
+  const int threads = std::min(256, std::max(32, (n_heads * half + 31) / 32 * 32));
+  rope_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(x.f32(), ctx.step.positions, n_heads, head_dim, half,
+                                                             freq_dim, cfg.theta);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kestrel::cuda

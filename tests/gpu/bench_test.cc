@@ -1,0 +1,84 @@
+// Rough timings of the first CUDA kernels at released-model shapes (Qwen3.5-9B-like), printed as
+// "BENCH <what> <value> <unit>" lines for docs/cuda.md. No assertions: these are measurements.
+// Host wall time around many back-to-back launches after a warm-up, so launch gaps count too.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "gpu_test_util.h"
+
+namespace kestrel::test {
+namespace {
+
+class GpuBench : public GpuTest {
+ protected:
+  // Mean seconds per call of fn over `reps` calls after `warm` calls.
+  double time(const std::function<void()>& fn, int reps = 20, int warm = 3) {
+    for (int i = 0; i < warm; ++i) fn();
+    sync();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    sync();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  }
+  void sync() {
+#ifdef KESTREL_HAVE_CUDA
+    static_cast<CudaOps&>(gpu()).synchronize();
+#endif
+  }
+};
+
+TEST_F(GpuBench, MatmulDecodeAndPrefill) {
+  const int K = 4096, N = 12288;
+  Buffer w = up(random(DType::kBF16, N, K, 0.02f));
+  for (int T : {1, 8}) {
+    Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+    const double s = time([&] { gpu().matmul(out, x, w); });
+    std::printf("BENCH matmul_gemv_T%d_%dx%d %.1f GB/s (%.1f us)\n", T, N, K, double(N) * K * 2 / s / 1e9, s * 1e6);
+  }
+#ifdef KESTREL_HAVE_CUDA
+  auto& cuda = static_cast<CudaOps&>(gpu());
+  for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x2, MatmulPrecision::kBf16x3}) {
+    cuda.set_matmul_precision(p);
+    for (int T : {512, 4096}) {
+      Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+      const double s = time([&] { gpu().matmul(out, x, w); }, 10);
+      std::printf("BENCH matmul_%s_T%d_%dx%d %.1f TFLOP/s of model FLOPs (%.1f us)\n", matmul_precision_name(p), T,
+                  N, K, 2.0 * T * N * K / s / 1e12, s * 1e6);
+    }
+  }
+  cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
+#endif
+}
+
+TEST_F(GpuBench, AttentionDecode) {
+  const int heads = 16, kv = 4, hd = 256;
+  for (int ctx : {1024, 8192}) {
+    StepPlan plan = make_plan({{ctx - 1, 1}}, 10, rng_);
+    const int64_t rows = int64_t(plan.block_tables.size()) * 16;
+    Buffer kc = gpu().alloc(DType::kF32, rows, kv * hd), vc = gpu().alloc(DType::kF32, rows, kv * hd);
+    Buffer q = up(random(1, heads * hd)), k = up(random(1, kv * hd)), v = up(random(1, kv * hd));
+    Buffer out = gpu().alloc(DType::kF32, 1, heads * hd);
+    AttentionParams p{.n_heads = heads, .n_kv_heads = kv, .head_dim = hd, .scale = 0.0625f};
+    gpu().begin_step(plan);
+    const double s = time([&] { gpu().attention(out, q, k, v, {kc, vc}, p, plan); });
+    std::printf("BENCH attention_decode_ctx%d %.1f GB/s of KV (%.1f us)\n", ctx, double(ctx) * kv * hd * 8 / s / 1e9,
+                s * 1e6);
+  }
+}
+
+TEST_F(GpuBench, DeltaRule) {
+  DeltaNetConfig cfg{.n_k_heads = 16, .n_v_heads = 32, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
+  for (int T : {1, 1024}) {
+    StepPlan plan = make_plan({{0, T}}, 10, rng_);
+    Buffer qkv = up(random(T, cfg.conv_dim())), a = up(random(T, 32)), b = up(random(T, 32));
+    Buffer an = up(random(1, 32)), dt = up(random(1, 32));
+    Buffer ssm = gpu().alloc(DType::kF32, 1, 32 * 128 * 128), out = gpu().alloc(DType::kF32, T, 32 * 128);
+    gpu().begin_step(plan);
+    const double s = time([&] { gpu().gated_delta_rule(out, qkv, a, b, an, dt, {.conv = {}, .ssm = ssm}, cfg, plan); }, T > 1 ? 3 : 20, 1);
+    std::printf("BENCH gated_delta_rule_T%d %.1f us (%.2f us/token)\n", T, s * 1e6, s * 1e6 / T);
+  }
+}
+
+}  // namespace
+}  // namespace kestrel::test

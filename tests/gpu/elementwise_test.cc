@@ -1,0 +1,101 @@
+// CUDA vs CPU parity of the row-wise and elementwise ops over a grid of shapes.
+// Tolerances: these ops do the same float arithmetic as the CPU (norms sum in double on both),
+// so they agree to a few float ulps: relative error <= 1e-5.
+#include "gpu_test_util.h"
+
+namespace kestrel::test {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+TEST_F(GpuTest, Embed) {
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (int H : {64, 100, 256}) {
+      Buffer table = random(dt, 300, H);
+      Buffer dtable = up(table);
+      StepPlan plan = make_plan({{0, 5}, {7, 1}, {3, 12}}, 300, rng_);
+      Buffer ref = cpu_.alloc(DType::kF32, plan.n_rows(), H);
+      Buffer out = gpu().alloc(DType::kF32, plan.n_rows(), H);
+      cpu_.embed(ref, table, plan, 1.5f);
+      gpu().begin_step(plan);
+      gpu().embed(out, dtable, plan, 1.5f);
+      EXPECT_LE(rel_err(down(out), host(ref)), 1e-7) << dtype_name(dt) << " H=" << H;
+    }
+  }
+}
+
+TEST_F(GpuTest, RmsNorm) {
+  for (int T : {1, 7, 33}) {
+    for (int H : {64, 128, 1000, 4096}) {
+      for (bool weight : {false, true}) {
+        Buffer x = random(T, H, 3.0f);
+        Buffer w = random(1, H);
+        Buffer dx = up(x), dw = up(w);
+        Buffer ref = cpu_.alloc(DType::kF32, T, H);
+        Buffer out = gpu().alloc(DType::kF32, T, H);
+        cpu_.rms_norm(ref, x, weight ? w.view() : Tensor{}, 1e-6f);
+        gpu().rms_norm(out, dx, weight ? dw.view() : Tensor{}, 1e-6f);
+        EXPECT_LE(rel_err(down(out), host(ref)), kTol) << T << "x" << H << " w=" << weight;
+        gpu().rms_norm(dx, dx, weight ? dw.view() : Tensor{}, 1e-6f);  // in place
+        EXPECT_LE(rel_err(down(dx), host(ref)), kTol) << "in place " << T << "x" << H;
+      }
+    }
+  }
+}
+
+TEST_F(GpuTest, HeadAndGatedRmsNorm) {
+  for (int T : {1, 9}) {
+    for (int hd : {32, 64, 128, 256}) {
+      for (int heads : {1, 4, 6}) {
+        Buffer x = random(T, int64_t(heads) * hd), z = random(T, int64_t(heads) * hd), w = random(1, hd);
+        Buffer dx = up(x), dz = up(z), dw = up(w);
+        Buffer x2 = copy(x), dx2 = up(x);
+        cpu_.head_rms_norm(x, w, hd, 1e-6f);
+        gpu().head_rms_norm(dx, dw, hd, 1e-6f);
+        EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "head " << T << " " << hd << " " << heads;
+        cpu_.gated_rms_norm(x2, z, w, hd, 1e-6f);
+        gpu().gated_rms_norm(dx2, dz, dw, hd, 1e-6f);
+        EXPECT_LE(rel_err(down(dx2), host(x2)), kTol) << "gated " << T << " " << hd << " " << heads;
+      }
+    }
+  }
+}
+
+TEST_F(GpuTest, AddGatesSoftcap) {
+  for (int T : {1, 5, 70}) {
+    for (int C : {1, 33, 512}) {
+      Buffer a = random(T, C), b = random(T, C), g = random(T, 1);
+      Buffer da = up(a), db = up(b), dg = up(g);
+      Buffer ref = cpu_.alloc(DType::kF32, T, C), out = gpu().alloc(DType::kF32, T, C);
+      cpu_.add(ref, a, b);
+      gpu().add(out, da, db);
+      EXPECT_LE(rel_err(down(out), host(ref)), 1e-7);
+      cpu_.silu_mul(ref, a, b);
+      gpu().silu_mul(out, da, db);
+      EXPECT_LE(rel_err(down(out), host(ref)), kTol);
+      Buffer x = copy(a), dx = up(a);
+      cpu_.mul_sigmoid(x, b);
+      gpu().mul_sigmoid(dx, db);
+      EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "mul_sigmoid full";
+      cpu_.mul_sigmoid(x, g);  // [T, 1] gate, one per row
+      gpu().mul_sigmoid(dx, dg);
+      EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "mul_sigmoid [T,1]";
+      cpu_.softcap(x, 2.5f);
+      gpu().softcap(dx, 2.5f);
+      EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "softcap";
+    }
+  }
+}
+
+TEST_F(GpuTest, GatherRows) {
+  Buffer x = random(40, 96);
+  Buffer dx = up(x);
+  std::vector<int32_t> rows = {39, 0, 7, 7, 12};
+  Buffer ref = cpu_.alloc(DType::kF32, 5, 96), out = gpu().alloc(DType::kF32, 5, 96);
+  cpu_.gather_rows(ref, x, rows);
+  gpu().gather_rows(out, dx, rows);
+  EXPECT_EQ(down(out), host(ref));
+}
+
+}  // namespace
+}  // namespace kestrel::test

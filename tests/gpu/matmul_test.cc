@@ -1,0 +1,79 @@
+// CUDA vs CPU matmul over a grid of shapes and weight dtypes.
+// Tolerances: the GEMV path (T <= 8, and every T for F16 weights) multiplies F32 activations by
+// the stored weights in F32, like the CPU: 1e-5. BF16 weights with T > 8 go through cuBLAS with
+// the activations split into BF16 terms: 1 term (plain BF16, 2^-9 per element) 1e-2, 2 terms
+// (2^-16) 1e-4, 3 terms (as exact as F32) 1e-5. F32 weights with T > 8 use cublasSgemm without
+// TF32: 1e-5.
+#include <cstdio>
+
+#include "gpu_test_util.h"
+
+namespace kestrel::test {
+namespace {
+
+// One case: CPU reference vs the GPU, relative error.
+double matmul_err(CpuOps& cpu, Ops& gpu, const Buffer& x, const Buffer& w) {
+  Buffer dx = gpu.upload(x), dw = gpu.upload(w);
+  Buffer ref = cpu.alloc(DType::kF32, x.view().rows, w.view().rows);
+  Buffer out = gpu.alloc(DType::kF32, x.view().rows, w.view().rows);
+  cpu.matmul(ref, x, w);
+  gpu.matmul(out, dx, dw);
+  std::vector<float> o(size_t(out.view().numel()));
+  gpu.to_host(out, o.data());
+  return rel_err(o, std::vector<float>(ref.view().f32(), ref.view().f32() + ref.view().numel()));
+}
+
+TEST_F(GpuTest, Matmul) {
+  double worst_gemv = 0, worst_f32 = 0;
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (int T : {1, 3, 8, 9, 64, 200}) {
+      for (int K : {64, 100, 1024}) {
+        for (int N : {1, 32, 257, 1000}) {
+          if (T > 8 && dt == DType::kBF16) continue;  // MatmulPrecisions below
+          Buffer x = random(T, K), w = random(dt, N, K, 0.05f);
+          const double err = matmul_err(cpu_, gpu(), x, w);
+          EXPECT_LE(err, 1e-5) << dtype_name(dt) << " T=" << T << " K=" << K << " N=" << N;
+          double& worst = T > 8 && dt == DType::kF32 ? worst_f32 : worst_gemv;
+          worst = std::max(worst, err);
+        }
+      }
+    }
+  }
+  std::printf("MATMUL worst rel err: gemv %.2e, cublas f32 %.2e\n", worst_gemv, worst_f32);
+}
+
+#ifdef KESTREL_HAVE_CUDA
+// BF16 weights, prefill rows: each activation precision within its documented bound.
+TEST_F(GpuTest, MatmulPrecisions) {
+  struct Mode { MatmulPrecision p; double tol; };
+  for (Mode m : {Mode{MatmulPrecision::kBf16, 1e-2}, Mode{MatmulPrecision::kBf16x2, 1e-4},
+                 Mode{MatmulPrecision::kBf16x3, 1e-5}, Mode{MatmulPrecision::kExact, 1e-5}}) {
+    static_cast<CudaOps&>(gpu()).set_matmul_precision(m.p);
+    double worst = 0;
+    for (int T : {9, 64, 200}) {
+      for (int K : {64, 100, 1024}) {
+        for (int N : {1, 32, 257, 1000}) {
+          Buffer x = random(T, K), w = random(DType::kBF16, N, K, 0.05f);
+          const double err = matmul_err(cpu_, gpu(), x, w);
+          EXPECT_LE(err, m.tol) << matmul_precision_name(m.p) << " T=" << T << " K=" << K << " N=" << N;
+          worst = std::max(worst, err);
+        }
+      }
+    }
+    std::printf("MATMUL prefill %-6s worst rel err %.2e\n", matmul_precision_name(m.p), worst);
+  }
+}
+#endif
+
+TEST_F(GpuTest, MatmulRowSliceInputs) {
+  // Views at row offsets (unaligned for odd K) must take the scalar path and stay correct.
+  Buffer x = random(10, 37), w = random(DType::kBF16, 20, 37);
+  Buffer dx = up(x), dw = up(w);
+  Buffer ref = cpu_.alloc(DType::kF32, 3, 20), out = gpu().alloc(DType::kF32, 3, 20);
+  cpu_.matmul(ref, x.view().rows_slice(1, 3), w);
+  gpu().matmul(out, dx.view().rows_slice(1, 3), dw);
+  EXPECT_LE(rel_err(down(out), host(ref)), 1e-5);
+}
+
+}  // namespace
+}  // namespace kestrel::test

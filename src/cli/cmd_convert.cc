@@ -23,6 +23,8 @@ int run_convert(const Args& args) {
                human_bytes(double(r.bytes_out)).c_str(), r.arch.c_str(),
                r.n_fallback ? (", " + std::to_string(r.n_fallback) + " matrices kept in BF16: rows not whole blocks").c_str()
                             : "");
+  if (!r.has_tokenizer)
+    std::fprintf(stderr, "note: %s has no tokenizer.json; the GGUF carries no tokenizer\n", opts.model_dir.c_str());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "convert/tokenizer_meta.h"
 #include "core/progress.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -175,6 +176,7 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
 
   GgufWriter w(opts.output);
   set_metadata(w, cfg, report.arch, opts.model_dir, opts.type);
+  report.has_tokenizer = add_tokenizer_metadata(w, opts.model_dir, cfg.vocab_size, "qwen2");
   for (const Planned& t : tensors) w.declare(t.name, t.type, t.shape);
   w.begin();
   uint64_t total = 0;

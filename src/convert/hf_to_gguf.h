@@ -7,7 +7,8 @@
 // MoE, blk.N.ffn_gate_inp and the experts stacked as blk.N.ffn_{gate,up,down}_exps
 // [n_expert, out, in]. As llama.cpp does, 1-D tensors, norms and the router stay F32; matrices
 // take the requested type, or BF16 when their rows are not a whole number of blocks (llama.cpp
-// falls back to F16 there).
+// falls back to F16 there). The tokenizer (tokenizer.json, when present) becomes
+// tokenizer.ggml.* metadata (convert/tokenizer_meta.h).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@ struct ConvertReport {
   uint64_t bytes_in = 0;    // checkpoint bytes read
   uint64_t bytes_out = 0;   // tensor bytes written
   uint64_t n_fallback = 0;  // matrices stored as BF16 because their rows are not whole blocks
+  bool has_tokenizer = false;  // tokenizer.json found and written as tokenizer.ggml.*
 };
 
 // Throws Error naming the directory, tensor or family when the checkpoint cannot be converted.

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "quant/quant.h"
@@ -96,6 +99,57 @@ TEST(GgufConvert, Qwen3MoeStacksExperts) {
       expect_from_source(*down, *ck.find("model.layers.2.mlp.experts." + std::to_string(e) + ".down_proj.weight"),
                          per_expert * uint64_t(e));
     EXPECT_EQ(f.find_tensor("blk.2.ffn_gate.weight"), nullptr);
+  }
+}
+
+// A checkpoint directory with a tokenizer: tokens in id order padded to vocab_size, token
+// types, merges from either JSON form, the chat template and the padding id.
+TEST(GgufConvert, TokenizerMetadata) {
+  namespace fs = std::filesystem;
+  const std::string dir = work_path("qwen3_with_tokenizer");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+    fs::copy_file(data_path(std::string("fixtures/qwen3/") + f), dir + "/" + f);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < 500; ++i) vocab["t" + std::to_string(i)] = i;
+  nlohmann::json tok = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array({"t1 t2", {"t3", "t4"}})}}},
+      {"added_tokens",
+       nlohmann::json::array({{{"id", 510}, {"content", "<|im_end|>"}, {"special", true}},
+                              {{"id", 511}, {"content", "<tool>"}, {"special", false}}})}};
+  write_file_atomic(dir + "/tokenizer.json", tok.dump());
+  write_file_atomic(dir + "/tokenizer_config.json",
+                    nlohmann::json({{"chat_template", "{{ messages }}"}, {"pad_token", "<|im_end|>"}}).dump());
+  const std::string out = work_path("qwen3_with_tokenizer.gguf");
+  const ConvertReport r = convert_hf_to_gguf({.model_dir = dir, .output = out, .type = GgmlType::kBF16, .progress = false});
+  EXPECT_TRUE(r.has_tokenizer);
+  const GgufFile f = GgufFile::open(out);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "qwen2");
+  const auto& tokens = f.find("tokenizer.ggml.tokens")->strings();
+  ASSERT_EQ(tokens.size(), 512u);
+  EXPECT_EQ(tokens[7], "t7");
+  EXPECT_EQ(tokens[505], "[PAD505]");
+  EXPECT_EQ(tokens[510], "<|im_end|>");
+  const GgufValue* types = f.find("tokenizer.ggml.token_type");
+  EXPECT_EQ(*types->int_at(7), 1);
+  EXPECT_EQ(*types->int_at(505), 4);
+  EXPECT_EQ(*types->int_at(510), 3);
+  EXPECT_EQ(*types->int_at(511), 4);
+  EXPECT_EQ(f.find("tokenizer.ggml.merges")->strings(), (std::vector<std::string>{"t1 t2", "t3 t4"}));
+  EXPECT_EQ(f.get_string("tokenizer.chat_template"), "{{ messages }}");
+  EXPECT_EQ(f.get_int("tokenizer.ggml.padding_token_id"), 510);
+
+  // A token id outside the model's vocabulary is refused by name.
+  tok["added_tokens"].push_back({{"id", 600}, {"content", "<late>"}, {"special", true}});
+  write_file_atomic(dir + "/tokenizer.json", tok.dump());
+  try {
+    convert_hf_to_gguf({.model_dir = dir, .output = out, .type = GgmlType::kBF16, .progress = false});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'<late>' has id 600 outside the model's vocabulary of 512"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -37,6 +37,31 @@ int run_info(const Args& args) {
 
 bool is_float(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Tensors llama.cpp keeps in F32 whatever the file type: norms and the MoE routers.
+bool stays_f32(const std::string& name) {
+  return ends_with(name, "_norm.weight") || name.find("ffn_gate_inp") != std::string::npos;
+}
+
+// llama.cpp's general.file_type for a file whose matrices are all `t` (the K-quants map to the
+// closest llama.cpp recipe, whose name the file then carries: Q4_K -> Q4_K_S, Q5_K -> Q5_K_S).
+uint32_t file_type_code(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32: return 0;
+    case GgmlType::kF16: return 1;
+    case GgmlType::kQ8_0: return 7;
+    case GgmlType::kQ4_K: return 14;
+    case GgmlType::kQ5_K: return 16;
+    case GgmlType::kQ6_K: return 18;
+    case GgmlType::kBF16: return 32;
+    case GgmlType::kMXFP4: return 38;
+    default: return 0;
+  }
+}
+
 int run_quantize(const Args& args) {
   const std::string in_path = args.require("input"), out_path = args.require("output");
   GgmlType target;
@@ -48,15 +73,17 @@ int run_quantize(const Args& args) {
   GgufWriter out(out_path, in.alignment());
   for (const auto& [key, value] : in.metadata())
     if (key != "general.alignment") out.set(key, value);
+  if (in.find("general.file_type")) out.set("general.file_type", GgufValue::u32(file_type_code(target)));
   // Matrices (2+ dims) whose rows split into whole blocks are re-stored; everything else (norms,
-  // biases, integer tensors, odd rows) is copied as it is. Block-format inputs are dequantized
+  // routers, biases, integer tensors, odd rows) is copied as it is. Block-format inputs are dequantized
   // to a float target, and re-quantized to another block format only on request.
   const bool requantize = args.flag("allow-requantize");
   std::vector<GgmlType> types;
   uint64_t total = 0;
   for (const GgufTensor& t : in.tensors()) {
     const bool source_ok = is_float(t.type) || (quant::has_kernels(t.type) && (is_float(target) || requantize));
-    const bool convert = t.shape.size() >= 2 && source_ok && t.row_length() % ggml_block_size(target) == 0;
+    const bool convert = t.shape.size() >= 2 && source_ok && !stays_f32(t.name) &&
+                         t.row_length() % ggml_block_size(target) == 0;
     types.push_back(convert ? target : t.type);
     out.declare(t.name, types.back(), t.shape);
     total += t.nbytes;
@@ -104,7 +131,8 @@ const Registrar kQuantize{{
     .usage = "kestrel quantize -i IN.gguf -o OUT.gguf --type q8_0|q4_k|q5_k|q6_k|mxfp4|bf16|f16|f32",
     .details = "Every F32/F16/BF16 tensor of 2+ dimensions whose rows are whole blocks is quantized with\n"
                "kestrel's reference quantizers (the same bytes as llama.cpp's reference quantizers, like\n"
-               "llama-quantize --pure without an importance matrix); other tensors are copied unchanged.\n"
+               "llama-quantize --pure without an importance matrix); other tensors (and, as llama.cpp keeps\n"
+               "them, norms and MoE routers) are copied unchanged. general.file_type follows the type.\n"
                "Tensors in a block format are dequantized when TYPE is f32/f16/bf16 (and re-quantized to\n"
                "another block format only with --allow-requantize). Streams one row at a time; the output\n"
                "is written to a temporary name and renamed.",

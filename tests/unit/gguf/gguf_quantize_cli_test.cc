@@ -31,13 +31,16 @@ TEST(GgufQuantizeCli, QuantizesMatricesAndCopiesTheRest) {
     GgufWriter g(in);
     g.set("general.architecture", GgufValue::string("test"));
     g.set("test.block_count", GgufValue::u32(1));
+    g.set("general.file_type", GgufValue::u32(0));
     g.declare("blk.0.ffn_up.weight", GgmlType::kF32, {4, 512});
     g.declare("blk.0.ffn_norm.weight", GgmlType::kF32, {512});
     g.declare("blk.0.odd.weight", GgmlType::kF32, {2, 100});
+    g.declare("blk.0.ffn_gate_inp.weight", GgmlType::kF32, {4, 512});
     g.begin();
     g.write_tensor("blk.0.ffn_up.weight", w.data(), w.size() * 4);
     g.write_tensor("blk.0.ffn_norm.weight", norm.data(), norm.size() * 4);
     g.write_tensor("blk.0.odd.weight", w.data(), 200 * 4);
+    g.write_tensor("blk.0.ffn_gate_inp.weight", w.data(), w.size() * 4);
     g.finish();
   }
   ASSERT_EQ(run_cli("quantize -i " + in + " -o " + out + " --type q4_k"), 0) << read_file(work_path("cli.err"));
@@ -52,6 +55,8 @@ TEST(GgufQuantizeCli, QuantizesMatricesAndCopiesTheRest) {
   EXPECT_EQ(0, std::memcmp(up->data, expect.data(), expect.size()));
   EXPECT_EQ(q.find_tensor("blk.0.ffn_norm.weight")->type, GgmlType::kF32);  // 1-D: kept
   EXPECT_EQ(q.find_tensor("blk.0.odd.weight")->type, GgmlType::kF32);       // 100 % 256 != 0: kept
+  EXPECT_EQ(q.find_tensor("blk.0.ffn_gate_inp.weight")->type, GgmlType::kF32);  // routers stay F32
+  EXPECT_EQ(q.get_int("general.file_type"), 14);                            // Q4_K_S
 
   // Back to f32: the dequantized values.
   ASSERT_EQ(run_cli("quantize -i " + out + " -o " + back + " --type f32"), 0) << read_file(work_path("cli.err"));

@@ -3,9 +3,12 @@
 // measured tolerance (docs/gguf.md).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "backend/cpu/cpu_ops.h"
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "engine/parity.h"
 #include "io/gguf.h"
 #include "model/loader.h"
@@ -46,6 +49,22 @@ TEST(GgufParity, Q8_0DenseWithinMeasuredTolerance) {
     EXPECT_LE(p.rel_err, 0.15) << "prompt of length " << p.len;
     EXPECT_GT(p.rel_err, 1e-3) << "Q8_0 weights should move the logits at all";
   }
+}
+
+// The CLI takes a GGUF file wherever it takes a model directory: same greedy tokens.
+TEST(GgufParity, RunCommandAcceptsGgufFiles) {
+  const std::string gguf = work_path("run-qwen3_moe.gguf");
+  convert_hf_to_gguf({.model_dir = data_path("fixtures/qwen3_moe"), .output = gguf, .type = GgmlType::kBF16,
+                      .progress = false});
+  auto run = [](const std::string& model) {
+    const std::string out = work_path("run.out");
+    const std::string cmd = test::kestrel_binary() + " run -m " + model + " --prompt-ids 1,2,3,4 -n 8 > " + out;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return read_file(out);
+  };
+  const std::string from_dir = run(data_path("fixtures/qwen3_moe"));
+  EXPECT_EQ(run(gguf), from_dir);
+  EXPECT_EQ(from_dir.front(), '[');
 }
 
 TEST(GgufParity, UnsupportedGgufArchitectureIsRefused) {

@@ -13,4 +13,4 @@ cmake --build build
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKESTREL_SANITIZE=ON -DKESTREL_CUDA=OFF >/dev/null
 cmake --build build-asan --target kestrel_unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  build-asan/tests/kestrel_unit_tests --gtest_brief=1 --gtest_filter="${KESTREL_ASAN_FILTER:-*Loader*:*Safetensors*:*Config*:*Tokenizer*:*Jinja*}"
+  build-asan/tests/kestrel_unit_tests --gtest_brief=1 --gtest_filter="${KESTREL_ASAN_FILTER:-*Loader*:*Safetensors*:*Gguf*:*Quant*:*Config*:*Tokenizer*:*Jinja*}"

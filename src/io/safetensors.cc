@@ -184,6 +184,21 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   return ck;
 }
 
+Checkpoint Checkpoint::from_tensors(std::string source, std::vector<TensorInfo> tensors,
+                                   std::shared_ptr<const void> keep_alive) {
+  Checkpoint ck;
+  ck.dir_ = source;
+  ck.source_ = std::make_unique<std::string>(std::move(source));
+  ck.keep_alive_ = std::move(keep_alive);
+  for (TensorInfo& t : tensors) {
+    t.file = ck.source_.get();
+    ck.owned_.push_back(std::make_unique<TensorInfo>(std::move(t)));
+    KCHECK_MSG(ck.index_.emplace(ck.owned_.back()->name, ck.owned_.back().get()).second, "duplicate tensor ",
+               ck.owned_.back()->name);
+  }
+  return ck;
+}
+
 const TensorInfo* Checkpoint::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;

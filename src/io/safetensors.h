@@ -52,6 +52,10 @@ class Checkpoint {
  public:
   static Checkpoint open_dir(const std::string& dir);
   static Checkpoint open_file(const std::string& path);
+  // Tensors that live elsewhere (a GGUF file, converted buffers): `keep_alive` owns the memory
+  // their data points into; `source` names them in error messages.
+  static Checkpoint from_tensors(std::string source, std::vector<TensorInfo> tensors,
+                                 std::shared_ptr<const void> keep_alive);
 
   const TensorInfo* find(const std::string& name) const;
   const std::map<std::string, const TensorInfo*>& tensors() const { return index_; }
@@ -62,6 +66,9 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*> index_;
+  std::vector<std::unique_ptr<TensorInfo>> owned_;  // from_tensors()
+  std::unique_ptr<std::string> source_;             // what owned_[i].file points to
+  std::shared_ptr<const void> keep_alive_;
 };
 
 // Streams tensors into a safetensors file: declare every tensor first (the header needs all

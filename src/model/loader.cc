@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "convert/gguf_model.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "model/registry.h"
@@ -56,6 +57,16 @@ ModelConfig load_config(const std::string& dir) {
 }
 
 LoadedModel load_model(const std::string& dir, Ops& ops) {
+  if (is_gguf_file(dir)) {  // a GGUF file instead of a directory
+    auto file = std::make_shared<const GgufFile>(GgufFile::open(dir));
+    ModelConfig cfg = gguf_model_config(*file);
+    LoadedModel lm;
+    lm.dir = dir;
+    lm.checkpoint = std::make_unique<Checkpoint>(gguf_checkpoint(file, cfg));
+    WeightLoader wl(*lm.checkpoint, ops, cfg.weight_prefix);
+    lm.model = find_architecture(cfg.model_type)->build(cfg, wl);
+    return lm;
+  }
   ModelConfig cfg = load_config(dir);
   LoadedModel lm;
   lm.dir = dir;

@@ -1,0 +1,45 @@
+// kestrel convert: a Hugging Face checkpoint -> a GGUF file llama.cpp can load.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "convert/hf_to_gguf.h"
+#include "core/error.h"
+#include "core/progress.h"
+
+namespace kestrel::cli {
+namespace {
+
+int run_convert(const Args& args) {
+  ConvertOptions opts;
+  opts.model_dir = args.require("model");
+  opts.output = args.require("output");
+  const std::string quant = args.get("quant", "bf16");
+  if (!ggml_type_from_name(quant, &opts.type))
+    unsupported("--quant ", quant, ": kestrel convert writes bf16, f16, f32 or q8_0");
+  llama_file_type(opts.type);  // refuses the types convert does not write yet, by name
+  const ConvertReport r = convert_hf_to_gguf(opts);
+  std::fprintf(stderr, "%s: %llu tensors, %s read, %s written (arch %s%s)\n", opts.output.c_str(),
+               (unsigned long long)r.n_tensors, human_bytes(double(r.bytes_in)).c_str(),
+               human_bytes(double(r.bytes_out)).c_str(), r.arch.c_str(),
+               r.n_fallback ? (", " + std::to_string(r.n_fallback) + " matrices kept in BF16: rows not whole blocks").c_str()
+                            : "");
+  if (!r.has_tokenizer)
+    std::fprintf(stderr, "note: %s has no tokenizer.json; the GGUF carries no tokenizer\n", opts.model_dir.c_str());
+  return 0;
+}
+
+const Registrar kReg{{
+    .name = "convert",
+    .summary = "convert a Hugging Face checkpoint to GGUF (llama.cpp names and metadata)",
+    .usage = "kestrel convert -m HF_DIR -o FILE.gguf [--quant bf16|f16|f32|q8_0]",
+    .details = "Families: qwen3, qwen3_moe (llama.cpp archs qwen3, qwen3moe). Norms, 1-D tensors and the MoE\n"
+               "router stay F32; matrices whose rows are not whole blocks of the chosen type stay BF16.\n"
+               "Streams one row at a time; written to a temporary name and renamed.",
+    .options = {{"model", "m", "DIR", "Hugging Face model directory (config.json + safetensors)"},
+                {"output", "o", "FILE", "output GGUF file"},
+                {"quant", "", "TYPE", "bf16, f16, f32 or q8_0", "bf16"}},
+    .run = run_convert,
+}};
+
+}  // namespace
+}  // namespace kestrel::cli

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include "chat/text_util.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -35,6 +36,37 @@ Template compile(const std::string& source, const std::string& what) {
   } catch (const Error& e) {
     bad_input(what, ": ", e.what());
   }
+}
+
+// continue_final_message: the prompt ends right after the final message's text. Its surrounding
+// whitespace counts only where the template kept it (transformers' rule).
+std::string cut_after_final_message(const ChatRequest& request, const std::string& prompt) {
+  if (request.add_generation_prompt) {
+    bad_input("continue_final_message and add_generation_prompt cannot both be set: the first continues the "
+              "last message, the second opens a new one");
+  }
+  if (request.messages.empty()) bad_input("continue_final_message needs at least one message");
+  const auto& content = request.messages.back().contains("content") ? request.messages.back()["content"]
+                                                                     : nlohmann::ordered_json();
+  std::string text;
+  bool found = false;
+  if (content.is_string()) {
+    text = content.get<std::string>(), found = true;
+  } else if (content.is_array()) {
+    for (auto it = content.rbegin(); it != content.rend() && !found; ++it) {
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) text = (*it)["text"].get<std::string>(), found = true;
+    }
+  }
+  if (!found) bad_input("continue_final_message: the final message has no text to continue");
+  std::string stripped = py_strip(text, std::nullopt, true, true);
+  std::string lstripped = py_strip(text, std::nullopt, true, false);
+  size_t at = prompt.rfind(stripped);
+  if (at == std::string::npos) {
+    bad_input("continue_final_message: the final message does not appear in the rendered prompt (the template "
+              "rewrites or drops it)");
+  }
+  if (prompt.compare(at, lstripped.size(), text) == 0) return prompt.substr(0, at + lstripped.size());
+  return prompt.substr(0, at + stripped.size());
 }
 
 }  // namespace
@@ -156,7 +188,9 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
   vars.set("tools", request.tools.is_null() ? Value::none() : from_json(request.tools));
   vars.set("documents", Value::none());
   vars.set("add_generation_prompt", Value(request.add_generation_prompt));
-  return t.render(vars, request.bounds);
+  std::string prompt = t.render(vars, request.bounds);
+  if (request.continue_final_message) prompt = cut_after_final_message(request, prompt);
+  return prompt;
 }
 
 }  // namespace kestrel::chat

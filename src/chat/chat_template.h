@@ -27,6 +27,9 @@ struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, ...}]
   nlohmann::ordered_json tools = nullptr;                             // null or [{type, function}]
   bool add_generation_prompt = false;
+  // Leave the last message open so the model continues it (prefilling the assistant's answer):
+  // the prompt is cut right after that message's text, as transformers does.
+  bool continue_final_message = false;
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();  // extra template variables
   std::string template_name;  // empty: pick as transformers does
   RenderBounds bounds;

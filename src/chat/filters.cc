@@ -95,7 +95,8 @@ bool t_sequence(const Value& v, CallArgs& a) {
   a.finish("sequence");
   return v.is_string() || v.is_list() || (v.is_map() && !v.is_namespace());
 }
-bool t_callable(const Value& v, CallArgs& a) { a.finish("callable"); return v.is_callable(); }
+// Jinja's Undefined defines __call__ (to raise), so Python's callable() says yes.
+bool t_callable(const Value& v, CallArgs& a) { a.finish("callable"); return v.is_callable() || v.is_undefined(); }
 bool t_eq(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("eq"); return equals(v, o); }
 bool t_ne(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("ne"); return !equals(v, o); }
 bool t_lt(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("lt"); return less_than(v, o); }
@@ -103,13 +104,23 @@ bool t_gt(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("
 bool t_le(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("le"); return !less_than(o, v); }
 bool t_ge(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("ge"); return !less_than(v, o); }
 bool t_in(const Value& v, CallArgs& a) { Value s = a.get(0, "seq"); a.finish("in"); return contains(s, v); }
-bool t_odd(const Value& v, CallArgs& a) { a.finish("odd"); return as_int_arg(v, "odd test value") % 2 != 0; }
-bool t_even(const Value& v, CallArgs& a) { a.finish("even"); return as_int_arg(v, "even test value") % 2 == 0; }
+// Jinja: value % 2 == 1, value % 2 == 0, value % num == 0 (Python's %, so floats work too).
+Budget& scratch_budget() {
+  static thread_local Budget budget{RenderBounds{}};
+  return budget;
+}
+bool t_odd(const Value& v, CallArgs& a) {
+  a.finish("odd");
+  return equals(binary_op("%", v, Value(2), scratch_budget()), Value(1));
+}
+bool t_even(const Value& v, CallArgs& a) {
+  a.finish("even");
+  return equals(binary_op("%", v, Value(2), scratch_budget()), Value(0));
+}
 bool t_divisibleby(const Value& v, CallArgs& a) {
-  int64_t n = as_int_arg(a.get(0, "num"), "divisibleby argument");
+  Value n = a.get(0, "num");
   a.finish("divisibleby");
-  if (n == 0) throw JinjaFault("divisibleby 0");
-  return as_int_arg(v, "divisibleby test value") % n == 0;
+  return equals(binary_op("%", v, n, scratch_budget()), Value(0));
 }
 bool t_sameas(const Value& v, CallArgs& a) {
   Value o = a.get(0, "other");
@@ -201,7 +212,24 @@ Value f_default(const Value& v, CallArgs& a, Budget&) {
 
 Value f_upper(const Value& v, CallArgs& a, Budget&) { a.finish("upper"); return Value(ascii_upper(to_str(v))); }
 Value f_lower(const Value& v, CallArgs& a, Budget&) { a.finish("lower"); return Value(ascii_lower(to_str(v))); }
-Value f_title(const Value& v, CallArgs& a, Budget&) { a.finish("title"); return Value(py_title(to_str(v))); }
+// Jinja's title filter (not Python's str.title): the first character after the start or after a
+// run of '-', whitespace, '(', '{', '[' or '<' is upper-cased, the rest of each piece lower-cased.
+Value f_title(const Value& v, CallArgs& a, Budget&) {
+  a.finish("title");
+  std::string s = to_str(v), out;
+  auto is_delim = [](char c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || std::isspace((unsigned char)c); };
+  bool piece_start = true;
+  for (char c : s) {
+    if (is_delim(c)) {
+      out += c;
+      piece_start = true;
+    } else {
+      out += char(piece_start ? std::toupper((unsigned char)c) : std::tolower((unsigned char)c));
+      piece_start = false;
+    }
+  }
+  return Value(out);
+}
 Value f_capitalize(const Value& v, CallArgs& a, Budget&) { a.finish("capitalize"); return Value(py_capitalize(to_str(v))); }
 
 Value f_replace(const Value& v, CallArgs& a, Budget& budget) {
@@ -233,6 +261,7 @@ Value f_int(const Value& v, CallArgs& a, Budget&) {
   Value fallback = a.get(0, "default", Value(0));
   Value base = a.get(1, "base", Value(10));
   a.finish("int");
+  if (v.is_undefined()) throw JinjaFault(v.name().empty() ? "int of an undefined value" : cat("'", v.name(), "' is undefined"));
   if (v.is_float()) {
     double f = v.as_float();
     if (!std::isfinite(f) || std::fabs(f) > 9.2e18) return fallback;
@@ -255,6 +284,7 @@ Value f_int(const Value& v, CallArgs& a, Budget&) {
 Value f_float(const Value& v, CallArgs& a, Budget&) {
   Value fallback = a.get(0, "default", Value(0.0));
   a.finish("float");
+  if (v.is_undefined()) throw JinjaFault(v.name().empty() ? "float of an undefined value" : cat("'", v.name(), "' is undefined"));
   if (v.is_number()) return Value(v.as_float());
   if (!v.is_string()) return fallback;
   std::string s = py_strip(v.str(), std::nullopt, true, true);
@@ -276,6 +306,7 @@ Value f_round(const Value& v, CallArgs& a, Budget&) {
   std::string method = to_str(a.get(1, "method", Value("common")));
   a.finish("round");
   if (!v.is_number()) throw JinjaFault(cat("round filter needs a number, not ", v.type_name()));
+  if (method == "common" && !v.is_float()) return Value(v.as_int());  // Python: round(int, n) is that int
   double scale = std::pow(10.0, double(precision));
   double x = v.as_float() * scale;
   if (method == "common") x = std::nearbyint(x);  // Python's round(): half to even
@@ -465,9 +496,17 @@ Value f_indent(const Value& v, CallArgs& a, Budget& budget) {
   return Value(std::move(out));
 }
 
+// Jinja counts runs of word characters (\w+).
 Value f_wordcount(const Value& v, CallArgs& a, Budget&) {
   a.finish("wordcount");
-  return Value(int64_t(py_split(to_str(v), std::nullopt, -1, false).size()));
+  int64_t n = 0;
+  bool in_word = false;
+  for (unsigned char c : to_str(v)) {
+    bool word = std::isalnum(c) || c == '_' || c >= 0x80;
+    if (word && !in_word) ++n;
+    in_word = word;
+  }
+  return Value(n);
 }
 
 Value f_format(const Value& v, CallArgs& a, Budget& budget) {

@@ -131,7 +131,9 @@ Value percent_format(const std::string& fmt, const Value& args, Budget& budget) 
     }
     budget.check_size(out.size());
   }
-  if (next < items.size()) throw JinjaFault("not all arguments converted during string formatting");
+  // Python lets a single list or dict argument go unused (it could be a mapping for %(name)s).
+  bool mapping_like = !args.is_tuple() && (args.is_list() || args.is_map());
+  if (next < items.size() && !mapping_like) throw JinjaFault("not all arguments converted during string formatting");
   return Value(std::move(out));
 }
 
@@ -233,7 +235,7 @@ bool less_than(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order = code point order
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const List& x = a.list();
     const List& y = b.list();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {

@@ -276,7 +276,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kNone: return true;
     case Kind::kString: return a.str() == b.str();
     case Kind::kList: {
-      if (a.list().size() != b.list().size()) return false;
+      if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;  // [1] != (1,)
       for (size_t i = 0; i < a.list().size(); ++i) {
         if (!equals(a.list()[i], b.list()[i])) return false;
       }

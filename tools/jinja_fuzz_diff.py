@@ -98,6 +98,36 @@ def statement(rng):
     return "{% set v = " + expr(rng, 1) + " %}{{ v }}|{{ v | tojson if v is defined else 'U' }}"
 
 
+TEXTS = ["\n", "  ", "\t", "a", " b ", "\n  \n", "c\n", "  d", "\n\n"]
+
+
+def tag(rng, body):
+    left = rng.choice(["", "", "-", "+"])
+    right = rng.choice(["", "", "-", "+"])
+    return "{%" + left + " " + body + " " + right + "%}"
+
+
+def block(rng, depth=0):
+    """Text, prints, comments and nested if/for blocks with random whitespace control."""
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.4:
+            parts.append(rng.choice(TEXTS))
+        elif r < 0.55:
+            parts.append("{{" + rng.choice(["", "-"]) + " 'x' " + rng.choice(["", "-"]) + "}}")
+        elif r < 0.65:
+            parts.append("{#" + rng.choice(["", "-"]) + " c " + rng.choice(["", "-"]) + "#}")
+        elif depth < 3 and r < 0.85:
+            parts.append(tag(rng, "if n") + block(rng, depth + 1) + tag(rng, "else") + block(rng, depth + 1) +
+                         tag(rng, "endif"))
+        elif depth < 3:
+            parts.append(tag(rng, "for i in l") + block(rng, depth + 1) + tag(rng, "endfor"))
+        else:
+            parts.append(rng.choice(TEXTS))
+    return "".join(parts)
+
+
 def jinja_render(src):
     try:
         return True, env.from_string(src).render(**VARS)
@@ -110,6 +140,7 @@ def main():
     ap.add_argument("--kestrel", default=os.path.join(os.path.dirname(__file__), "..", "build", "kestrel"))
     ap.add_argument("--count", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--whitespace", action="store_true", help="fuzz whitespace control instead of expressions")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     mismatches = 0
@@ -118,7 +149,10 @@ def main():
         with open(msgs, "w") as fh:
             fh.write("[]")
         for i in range(args.count):
-            src = " ".join(statement(rng) for _ in range(rng.randint(1, 3)))
+            if args.whitespace:
+                src = block(rng) + rng.choice(["", "\n", "\n\n", " "])
+            else:
+                src = " ".join(statement(rng) for _ in range(rng.randint(1, 3)))
             ok, want = jinja_render(src)
             path = os.path.join(tmp, "t.jinja")
             with open(path, "w", encoding="utf-8") as fh:

@@ -177,6 +177,12 @@ const Template& ChatTemplate::select(const ChatRequest& request) const {
   bad_input(origin_, " has several chat templates and none is named 'default'; pick one by name");
 }
 
+OutputParserOptions ChatTemplate::output_options(const ChatRequest& request, const std::string& prompt) const {
+  OutputParserOptions options{.format = detect_output_format(select(request).source())};
+  options.starts_in_reasoning = prompt_opens_reasoning(options.format, prompt);
+  return options;
+}
+
 std::string ChatTemplate::render(const ChatRequest& request) const {
   if (!request.messages.is_array()) bad_input("chat messages must be a JSON array of {role, content} objects");
   if (!request.tools.is_null() && !request.tools.is_array()) bad_input("chat tools must be a JSON array or null");

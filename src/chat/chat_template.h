@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/output_parser.h"
 #include "chat/template.h"
 
 namespace kestrel::chat {
@@ -46,6 +47,10 @@ class ChatTemplate {
   static ChatTemplate from_source(const std::string& source, const std::string& origin = "template");
 
   std::string render(const ChatRequest& request) const;
+
+  // How to parse what the model generates after `prompt` (rendered for `request`): the format the
+  // selected template speaks, starting inside reasoning when the prompt left a block open.
+  OutputParserOptions output_options(const ChatRequest& request, const std::string& prompt) const;
 
   // The template render() would use for this request.
   const Template& select(const ChatRequest& request) const;

@@ -102,7 +102,7 @@ Value f_tojson(const Value& v, CallArgs& a, Budget& budget) {
     throw JinjaFault(e.what());
   }
   budget.check_size(out.size());
-  budget.charge(int64_t(out.size() / 64));
+  budget.charge(int64_t(out.size() / 16));
   return Value(ensure_ascii.truthy() ? ascii_json(out) : out);
 }
 

@@ -84,7 +84,8 @@ class Interpreter {
   }
 
   void emit(const std::string& text) {
-    budget_.check_size(out_.size() + text.size());
+    // Text captured by enclosing macro calls and set blocks counts too.
+    budget_.check_size(held_bytes_ + out_.size() + text.size());
     budget_.charge(int64_t(text.size() / 256));
     out_ += text;
   }
@@ -93,14 +94,20 @@ class Interpreter {
   std::string capture(const Node& body) {
     std::string saved;
     std::swap(saved, out_);
-    try {
+    held_bytes_ += saved.size();
+    struct Restore {
+      Interpreter& in;
+      std::string& saved;
+      ~Restore() {
+        in.held_bytes_ -= saved.size();
+        std::swap(saved, in.out_);
+      }
+    };
+    {
+      Restore restore{*this, saved};
       exec(body);
-    } catch (...) {
-      std::swap(saved, out_);
-      throw;
     }
-    std::swap(saved, out_);
-    return saved;
+    return saved;  // after Restore: the captured text
   }
 
   void unpack(const std::vector<std::string>& names, const Value& value) {
@@ -413,6 +420,7 @@ class Interpreter {
   size_t floor_ = 0;  // frames below this index are hidden (the caller's scopes inside a macro)
   int depth_ = 0;
   std::string out_;
+  size_t held_bytes_ = 0;  // output of enclosing captures, set aside while a capture runs
 };
 
 }  // namespace

@@ -146,6 +146,9 @@ TEST(JinjaTest, HugeValuesHitTheSizeBound) {
                        "bound"));
   EXPECT_TRUE(contains(error_of("{% for i in range(10**6) %}{{ 'x' * 1000 }}{% endfor %}"), "over the bound"));
   EXPECT_TRUE(contains(error_of("{{ 'abc' * 100 }}", {.max_output_bytes = 100}), "over the bound of 100"));
+  // Output held by nested macro calls counts as a whole, not per level.
+  std::string nested = "{% macro f(n) %}{{ 'x' * 10**7 }}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(50) }}";
+  EXPECT_TRUE(contains(error_of(nested), "over the bound of 16777216")) << error_of(nested);
   EXPECT_LT(seconds_since(start), 10.0);
 }
 

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include "chat/jinja_error.h"
 #include "chat/text_util.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -189,9 +190,16 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
   if (!request.variables.is_object()) bad_input("chat template variables must be a JSON object");
   const Template& t = select(request);
   Map vars = special_tokens_;
-  for (const auto& [k, v] : request.variables.items()) vars.set(k, from_json(v));
-  vars.set("messages", from_json(request.messages));
-  vars.set("tools", request.tools.is_null() ? Value::none() : from_json(request.tools));
+  auto convert = [](const nlohmann::ordered_json& j, const std::string& what) {
+    try {
+      return from_json(j);
+    } catch (const JinjaFault& e) {
+      bad_input("chat ", what, ": ", e.what());
+    }
+  };
+  for (const auto& [k, v] : request.variables.items()) vars.set(k, convert(v, "variable " + k));
+  vars.set("messages", convert(request.messages, "messages"));
+  vars.set("tools", request.tools.is_null() ? Value::none() : convert(request.tools, "tools"));
   vars.set("documents", Value::none());
   vars.set("add_generation_prompt", Value(request.add_generation_prompt));
   std::string prompt = t.render(vars, request.bounds);

@@ -49,6 +49,8 @@ class Interpreter {
   }
 
   std::string run(const Node& body) {
+    ScopedExpansionLimit limit({.max_bytes = budget_.bounds().max_output_bytes,
+                                .max_visits = budget_.bounds().max_steps});
     exec(body);
     return std::move(out_);
   }
@@ -162,6 +164,7 @@ class Interpreter {
             throw JinjaFault(cat("cannot assign attribute '", node.attr, "' on '", node.names[0],
                                  "' (a ", target.type_name(), "): only namespace() objects take attributes"));
           }
+          Value::check_storable_in_namespace(value);
           target.map_mut().set(node.attr, std::move(value));
         } else {
           unpack(node.names, value);

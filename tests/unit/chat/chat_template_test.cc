@@ -101,6 +101,21 @@ TEST(ChatTemplateTest, ContinueFinalMessageCutsAfterItsText) {
   EXPECT_THROW(dropping.render(req), Error);
 }
 
+TEST(ChatTemplateTest, DeeplyNestedInputIsRefused) {
+  ChatTemplate t = ChatTemplate::from_source("{{ messages | length }}");
+  ChatRequest req;
+  std::string deep = std::string(600, '[') + std::string(600, ']');
+  req.messages = ojson::array({ojson::parse(deep)});
+  try {
+    t.render(req);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "chat messages: value nested deeper than 512 levels");
+  }
+  req.messages = ojson::array({ojson::parse(std::string(300, '[') + std::string(300, ']'))});
+  EXPECT_EQ(t.render(req), "1");
+}
+
 TEST(ChatTemplateTest, SpecialTokensComeFromTokenizerConfig) {
   ojson config = {{"bos_token", "<s>"},
                   {"eos_token", {{"content", "</s>"}, {"lstrip", false}}},

@@ -152,6 +152,27 @@ TEST(JinjaTest, HugeValuesHitTheSizeBound) {
   EXPECT_LT(seconds_since(start), 10.0);
 }
 
+TEST(JinjaTest, SharedStructuresCannotExpandExponentially) {
+  auto start = std::chrono::steady_clock::now();
+  const std::string build = "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}";
+  EXPECT_TRUE(contains(error_of(build + "{{ ns.l }}"), "exceeds the bound")) << error_of(build + "{{ ns.l }}");
+  EXPECT_TRUE(contains(error_of(build + "{{ ns.l | tojson }}"), "exceeds the bound"));
+  EXPECT_TRUE(contains(error_of(build + "{{ ns.l | string | length }}"), "exceeds the bound"));
+  EXPECT_TRUE(contains(error_of("{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}"
+                                "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}"),
+                       "took more than 10000000 steps"));
+  // Deep values are refused at construction; namespaces cannot hold namespaces (so no cycles).
+  EXPECT_TRUE(contains(error_of("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
+                                "{% endfor %}"),
+                       "less than 256 levels deep"));
+  EXPECT_TRUE(contains(error_of("{% set ns = namespace() %}{% set ns.self = ns %}"), "no namespaces"));
+  EXPECT_TRUE(contains(error_of("{% set a = namespace() %}{% set b = namespace(x=[a]) %}"), "no namespaces"));
+  EXPECT_EQ(render("{% set ns = namespace(l=[]) %}{% for i in range(200) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                   "{{ ns.l | tojson | length }}"),
+            "402");
+  EXPECT_LT(seconds_since(start), 10.0);
+}
+
 TEST(JinjaTest, DeepNestingIsRefusedNotAStackOverflow) {
   std::string deep_parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
   EXPECT_TRUE(contains(error_of(deep_parens), "nests deeper than"));

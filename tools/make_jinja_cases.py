@@ -112,6 +112,10 @@ CASES = [
     ("loop_cycle", "{% for x in range(5) %}{{ loop.cycle('a', 'b') }}{% endfor %}", {}),
     ("for_undefined_iterable", "[{% for x in nothing %}x{% endfor %}]", {}),
     ("for_scope", "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", {}),
+    ("for_body_scope_per_iteration", "{% for i in range(3) %}{% if i == 0 %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}[{{ y }}]", {}),
+    ("for_reads_outer_each_iteration", "{% set y = 1 %}{% for i in range(3) %}{% set y = y + 1 %}[{{ y }}]{% endfor %}[{{ y }}]", {}),
+    ("nested_loop_scopes", "{% for i in [1] %}{% set x = 1 %}{% for j in [1] %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}{% endfor %}", {}),
+    ("macro_scope", "{% set x = 1 %}{% macro m() %}{% set x = 2 %}{{ x }}{{ loop is defined }}{% endmacro %}{% for i in [1] %}{{ m() }}{% endfor %}{{ x }}", {}),
     ("range_forms", "{{ range(3) | list }} {{ range(1, 4) | list }} {{ range(10, 0, -3) | list }} {{ range(0) | list }}", {}),
     # ---- set, namespace, macros
     ("set_basic", "{% set x = 'a' %}{% set y = x ~ 'b' %}{{ y }}", {}),

@@ -209,6 +209,7 @@ class Interpreter {
     if (filter) {
       for (const auto& item : *items) {
         budget_.charge(1);
+        frames_.back().clear();
         unpack(node.names, item);
         if (eval(*filter).truthy()) kept.push_back(item);
       }
@@ -232,6 +233,7 @@ class Interpreter {
     }
     for (int64_t i = 0; i < n; ++i) {
       budget_.charge(1);
+      frames_.back().clear();  // as in Jinja, what the body sets lasts one iteration
       unpack(node.names, (*items)[size_t(i)]);
       if (node.uses_loop) {
         *index = i;

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 
+#include "chat/jinja_error.h"
+#include "chat/text_util.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -35,6 +37,37 @@ Template compile(const std::string& source, const std::string& what) {
   } catch (const Error& e) {
     bad_input(what, ": ", e.what());
   }
+}
+
+// continue_final_message: the prompt ends right after the final message's text. Its surrounding
+// whitespace counts only where the template kept it (transformers' rule).
+std::string cut_after_final_message(const ChatRequest& request, const std::string& prompt) {
+  if (request.add_generation_prompt) {
+    bad_input("continue_final_message and add_generation_prompt cannot both be set: the first continues the "
+              "last message, the second opens a new one");
+  }
+  if (request.messages.empty()) bad_input("continue_final_message needs at least one message");
+  const auto& content = request.messages.back().contains("content") ? request.messages.back()["content"]
+                                                                     : nlohmann::ordered_json();
+  std::string text;
+  bool found = false;
+  if (content.is_string()) {
+    text = content.get<std::string>(), found = true;
+  } else if (content.is_array()) {
+    for (auto it = content.rbegin(); it != content.rend() && !found; ++it) {
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) text = (*it)["text"].get<std::string>(), found = true;
+    }
+  }
+  if (!found) bad_input("continue_final_message: the final message has no text to continue");
+  std::string stripped = py_strip(text, std::nullopt, true, true);
+  std::string lstripped = py_strip(text, std::nullopt, true, false);
+  size_t at = prompt.rfind(stripped);
+  if (at == std::string::npos) {
+    bad_input("continue_final_message: the final message does not appear in the rendered prompt (the template "
+              "rewrites or drops it)");
+  }
+  if (prompt.compare(at, lstripped.size(), text) == 0) return prompt.substr(0, at + lstripped.size());
+  return prompt.substr(0, at + stripped.size());
 }
 
 }  // namespace
@@ -145,18 +178,33 @@ const Template& ChatTemplate::select(const ChatRequest& request) const {
   bad_input(origin_, " has several chat templates and none is named 'default'; pick one by name");
 }
 
+OutputParserOptions ChatTemplate::output_options(const ChatRequest& request, const std::string& prompt) const {
+  OutputParserOptions options{.format = detect_output_format(select(request).source())};
+  options.starts_in_reasoning = prompt_opens_reasoning(options.format, prompt);
+  return options;
+}
+
 std::string ChatTemplate::render(const ChatRequest& request) const {
   if (!request.messages.is_array()) bad_input("chat messages must be a JSON array of {role, content} objects");
   if (!request.tools.is_null() && !request.tools.is_array()) bad_input("chat tools must be a JSON array or null");
   if (!request.variables.is_object()) bad_input("chat template variables must be a JSON object");
   const Template& t = select(request);
   Map vars = special_tokens_;
-  for (const auto& [k, v] : request.variables.items()) vars.set(k, from_json(v));
-  vars.set("messages", from_json(request.messages));
-  vars.set("tools", request.tools.is_null() ? Value::none() : from_json(request.tools));
+  auto convert = [](const nlohmann::ordered_json& j, const std::string& what) {
+    try {
+      return from_json(j);
+    } catch (const JinjaFault& e) {
+      bad_input("chat ", what, ": ", e.what());
+    }
+  };
+  for (const auto& [k, v] : request.variables.items()) vars.set(k, convert(v, "variable " + k));
+  vars.set("messages", convert(request.messages, "messages"));
+  vars.set("tools", request.tools.is_null() ? Value::none() : convert(request.tools, "tools"));
   vars.set("documents", Value::none());
   vars.set("add_generation_prompt", Value(request.add_generation_prompt));
-  return t.render(vars, request.bounds);
+  std::string prompt = t.render(vars, request.bounds);
+  if (request.continue_final_message) prompt = cut_after_final_message(request, prompt);
+  return prompt;
 }
 
 }  // namespace kestrel::chat

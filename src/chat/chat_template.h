@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/output_parser.h"
 #include "chat/template.h"
 
 namespace kestrel::chat {
@@ -27,6 +28,9 @@ struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, ...}]
   nlohmann::ordered_json tools = nullptr;                             // null or [{type, function}]
   bool add_generation_prompt = false;
+  // Leave the last message open so the model continues it (prefilling the assistant's answer):
+  // the prompt is cut right after that message's text, as transformers does.
+  bool continue_final_message = false;
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();  // extra template variables
   std::string template_name;  // empty: pick as transformers does
   RenderBounds bounds;
@@ -43,6 +47,10 @@ class ChatTemplate {
   static ChatTemplate from_source(const std::string& source, const std::string& origin = "template");
 
   std::string render(const ChatRequest& request) const;
+
+  // How to parse what the model generates after `prompt` (rendered for `request`): the format the
+  // selected template speaks, starting inside reasoning when the prompt left a block open.
+  OutputParserOptions output_options(const ChatRequest& request, const std::string& prompt) const;
 
   // The template render() would use for this request.
   const Template& select(const ChatRequest& request) const;

@@ -1,5 +1,5 @@
-// The filters and tests of transformers' chat-template environment (Jinja's builtins, with
-// transformers' own `tojson`).
+// The filters of transformers' chat-template environment (Jinja's builtins, with transformers'
+// own `tojson`). Tests (`is defined`, …) are in jinja_tests.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -74,57 +74,6 @@ std::string ascii_json(const std::string& json) {
   return out;
 }
 
-// ---- tests --------------------------------------------------------------------------------------
-
-bool t_defined(const Value& v, CallArgs& a) { a.finish("defined"); return !v.is_undefined(); }
-bool t_undefined(const Value& v, CallArgs& a) { a.finish("undefined"); return v.is_undefined(); }
-bool t_none(const Value& v, CallArgs& a) { a.finish("none"); return v.is_none(); }
-bool t_string(const Value& v, CallArgs& a) { a.finish("string"); return v.is_string(); }
-bool t_number(const Value& v, CallArgs& a) { a.finish("number"); return v.is_number(); }
-bool t_integer(const Value& v, CallArgs& a) { a.finish("integer"); return v.is_int(); }
-bool t_float(const Value& v, CallArgs& a) { a.finish("float"); return v.is_float(); }
-bool t_boolean(const Value& v, CallArgs& a) { a.finish("boolean"); return v.is_bool(); }
-bool t_true(const Value& v, CallArgs& a) { a.finish("true"); return v.is_bool() && v.as_bool(); }
-bool t_false(const Value& v, CallArgs& a) { a.finish("false"); return v.is_bool() && !v.as_bool(); }
-bool t_iterable(const Value& v, CallArgs& a) {
-  a.finish("iterable");
-  return v.is_string() || v.is_list() || v.is_map() || v.is_undefined();
-}
-bool t_mapping(const Value& v, CallArgs& a) { a.finish("mapping"); return v.is_map() && !v.is_namespace(); }
-bool t_sequence(const Value& v, CallArgs& a) {
-  a.finish("sequence");
-  return v.is_string() || v.is_list() || (v.is_map() && !v.is_namespace());
-}
-bool t_callable(const Value& v, CallArgs& a) { a.finish("callable"); return v.is_callable(); }
-bool t_eq(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("eq"); return equals(v, o); }
-bool t_ne(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("ne"); return !equals(v, o); }
-bool t_lt(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("lt"); return less_than(v, o); }
-bool t_gt(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("gt"); return less_than(o, v); }
-bool t_le(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("le"); return !less_than(o, v); }
-bool t_ge(const Value& v, CallArgs& a) { Value o = a.get(0, "other"); a.finish("ge"); return !less_than(v, o); }
-bool t_in(const Value& v, CallArgs& a) { Value s = a.get(0, "seq"); a.finish("in"); return contains(s, v); }
-bool t_odd(const Value& v, CallArgs& a) { a.finish("odd"); return as_int_arg(v, "odd test value") % 2 != 0; }
-bool t_even(const Value& v, CallArgs& a) { a.finish("even"); return as_int_arg(v, "even test value") % 2 == 0; }
-bool t_divisibleby(const Value& v, CallArgs& a) {
-  int64_t n = as_int_arg(a.get(0, "num"), "divisibleby argument");
-  a.finish("divisibleby");
-  if (n == 0) throw JinjaFault("divisibleby 0");
-  return as_int_arg(v, "divisibleby test value") % n == 0;
-}
-bool t_sameas(const Value& v, CallArgs& a) {
-  Value o = a.get(0, "other");
-  a.finish("sameas");
-  if (v.kind() != o.kind()) return false;
-  if (v.is_none() || v.is_undefined()) return true;
-  if (v.is_bool() || v.is_int()) return v.as_int() == o.as_int();
-  if (v.is_list()) return &v.list() == &o.list();
-  if (v.is_map()) return &v.map() == &o.map();
-  return equals(v, o);
-}
-bool t_lower(const Value& v, CallArgs& a) { a.finish("lower"); return v.is_string() && ascii_lower(v.str()) == v.str(); }
-bool t_upper(const Value& v, CallArgs& a) { a.finish("upper"); return v.is_string() && ascii_upper(v.str()) == v.str(); }
-bool t_escaped(const Value&, CallArgs& a) { a.finish("escaped"); return false; }
-
 // ---- filters ------------------------------------------------------------------------------------
 
 Value f_tojson(const Value& v, CallArgs& a, Budget& budget) {
@@ -153,7 +102,7 @@ Value f_tojson(const Value& v, CallArgs& a, Budget& budget) {
     throw JinjaFault(e.what());
   }
   budget.check_size(out.size());
-  budget.charge(int64_t(out.size() / 64));
+  budget.charge(int64_t(out.size() / 16));
   return Value(ensure_ascii.truthy() ? ascii_json(out) : out);
 }
 
@@ -201,7 +150,24 @@ Value f_default(const Value& v, CallArgs& a, Budget&) {
 
 Value f_upper(const Value& v, CallArgs& a, Budget&) { a.finish("upper"); return Value(ascii_upper(to_str(v))); }
 Value f_lower(const Value& v, CallArgs& a, Budget&) { a.finish("lower"); return Value(ascii_lower(to_str(v))); }
-Value f_title(const Value& v, CallArgs& a, Budget&) { a.finish("title"); return Value(py_title(to_str(v))); }
+// Jinja's title filter (not Python's str.title): the first character after the start or after a
+// run of '-', whitespace, '(', '{', '[' or '<' is upper-cased, the rest of each piece lower-cased.
+Value f_title(const Value& v, CallArgs& a, Budget&) {
+  a.finish("title");
+  std::string s = to_str(v), out;
+  auto is_delim = [](char c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || std::isspace((unsigned char)c); };
+  bool piece_start = true;
+  for (char c : s) {
+    if (is_delim(c)) {
+      out += c;
+      piece_start = true;
+    } else {
+      out += char(piece_start ? std::toupper((unsigned char)c) : std::tolower((unsigned char)c));
+      piece_start = false;
+    }
+  }
+  return Value(out);
+}
 Value f_capitalize(const Value& v, CallArgs& a, Budget&) { a.finish("capitalize"); return Value(py_capitalize(to_str(v))); }
 
 Value f_replace(const Value& v, CallArgs& a, Budget& budget) {
@@ -233,6 +199,7 @@ Value f_int(const Value& v, CallArgs& a, Budget&) {
   Value fallback = a.get(0, "default", Value(0));
   Value base = a.get(1, "base", Value(10));
   a.finish("int");
+  if (v.is_undefined()) throw JinjaFault(v.name().empty() ? "int of an undefined value" : cat("'", v.name(), "' is undefined"));
   if (v.is_float()) {
     double f = v.as_float();
     if (!std::isfinite(f) || std::fabs(f) > 9.2e18) return fallback;
@@ -255,6 +222,7 @@ Value f_int(const Value& v, CallArgs& a, Budget&) {
 Value f_float(const Value& v, CallArgs& a, Budget&) {
   Value fallback = a.get(0, "default", Value(0.0));
   a.finish("float");
+  if (v.is_undefined()) throw JinjaFault(v.name().empty() ? "float of an undefined value" : cat("'", v.name(), "' is undefined"));
   if (v.is_number()) return Value(v.as_float());
   if (!v.is_string()) return fallback;
   std::string s = py_strip(v.str(), std::nullopt, true, true);
@@ -276,6 +244,7 @@ Value f_round(const Value& v, CallArgs& a, Budget&) {
   std::string method = to_str(a.get(1, "method", Value("common")));
   a.finish("round");
   if (!v.is_number()) throw JinjaFault(cat("round filter needs a number, not ", v.type_name()));
+  if (method == "common" && !v.is_float()) return Value(v.as_int());  // Python: round(int, n) is that int
   double scale = std::pow(10.0, double(precision));
   double x = v.as_float() * scale;
   if (method == "common") x = std::nearbyint(x);  // Python's round(): half to even
@@ -465,9 +434,17 @@ Value f_indent(const Value& v, CallArgs& a, Budget& budget) {
   return Value(std::move(out));
 }
 
+// Jinja counts runs of word characters (\w+).
 Value f_wordcount(const Value& v, CallArgs& a, Budget&) {
   a.finish("wordcount");
-  return Value(int64_t(py_split(to_str(v), std::nullopt, -1, false).size()));
+  int64_t n = 0;
+  bool in_word = false;
+  for (unsigned char c : to_str(v)) {
+    bool word = std::isalnum(c) || c == '_' || c >= 0x80;
+    if (word && !in_word) ++n;
+    in_word = word;
+  }
+  return Value(n);
 }
 
 Value f_format(const Value& v, CallArgs& a, Budget& budget) {
@@ -516,23 +493,6 @@ FilterFn find_filter(const std::string& name) {
   };
   auto it = filters.find(name);
   return it == filters.end() ? nullptr : it->second;
-}
-
-TestFn find_test(const std::string& name) {
-  static const std::unordered_map<std::string, TestFn> tests = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},       {"string", t_string},
-      {"number", t_number},     {"integer", t_integer},     {"float", t_float},     {"boolean", t_boolean},
-      {"true", t_true},         {"false", t_false},         {"iterable", t_iterable}, {"mapping", t_mapping},
-      {"sequence", t_sequence}, {"callable", t_callable},   {"equalto", t_eq},      {"eq", t_eq},
-      {"==", t_eq},             {"ne", t_ne},               {"!=", t_ne},           {"lt", t_lt},
-      {"<", t_lt},              {"lessthan", t_lt},         {"gt", t_gt},           {">", t_gt},
-      {"greaterthan", t_gt},    {"le", t_le},               {"<=", t_le},           {"ge", t_ge},
-      {">=", t_ge},             {"in", t_in},               {"odd", t_odd},         {"even", t_even},
-      {"divisibleby", t_divisibleby}, {"sameas", t_sameas}, {"lower", t_lower},     {"upper", t_upper},
-      {"escaped", t_escaped},
-  };
-  auto it = tests.find(name);
-  return it == tests.end() ? nullptr : it->second;
 }
 
 }  // namespace kestrel::chat

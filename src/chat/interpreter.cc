@@ -49,6 +49,8 @@ class Interpreter {
   }
 
   std::string run(const Node& body) {
+    ScopedExpansionLimit limit({.max_bytes = budget_.bounds().max_output_bytes,
+                                .max_visits = budget_.bounds().max_steps});
     exec(body);
     return std::move(out_);
   }
@@ -84,7 +86,8 @@ class Interpreter {
   }
 
   void emit(const std::string& text) {
-    budget_.check_size(out_.size() + text.size());
+    // Text captured by enclosing macro calls and set blocks counts too.
+    budget_.check_size(held_bytes_ + out_.size() + text.size());
     budget_.charge(int64_t(text.size() / 256));
     out_ += text;
   }
@@ -93,14 +96,20 @@ class Interpreter {
   std::string capture(const Node& body) {
     std::string saved;
     std::swap(saved, out_);
-    try {
+    held_bytes_ += saved.size();
+    struct Restore {
+      Interpreter& in;
+      std::string& saved;
+      ~Restore() {
+        in.held_bytes_ -= saved.size();
+        std::swap(saved, in.out_);
+      }
+    };
+    {
+      Restore restore{*this, saved};
       exec(body);
-    } catch (...) {
-      std::swap(saved, out_);
-      throw;
     }
-    std::swap(saved, out_);
-    return saved;
+    return saved;  // after Restore: the captured text
   }
 
   void unpack(const std::vector<std::string>& names, const Value& value) {
@@ -155,6 +164,7 @@ class Interpreter {
             throw JinjaFault(cat("cannot assign attribute '", node.attr, "' on '", node.names[0],
                                  "' (a ", target.type_name(), "): only namespace() objects take attributes"));
           }
+          Value::check_storable_in_namespace(value);
           target.map_mut().set(node.attr, std::move(value));
         } else {
           unpack(node.names, value);
@@ -199,6 +209,7 @@ class Interpreter {
     if (filter) {
       for (const auto& item : *items) {
         budget_.charge(1);
+        frames_.back().clear();
         unpack(node.names, item);
         if (eval(*filter).truthy()) kept.push_back(item);
       }
@@ -222,6 +233,7 @@ class Interpreter {
     }
     for (int64_t i = 0; i < n; ++i) {
       budget_.charge(1);
+      frames_.back().clear();  // as in Jinja, what the body sets lasts one iteration
       unpack(node.names, (*items)[size_t(i)]);
       if (node.uses_loop) {
         *index = i;
@@ -413,6 +425,7 @@ class Interpreter {
   size_t floor_ = 0;  // frames below this index are hidden (the caller's scopes inside a macro)
   int depth_ = 0;
   std::string out_;
+  size_t held_bytes_ = 0;  // output of enclosing captures, set aside while a capture runs
 };
 
 }  // namespace

@@ -96,7 +96,7 @@ Value bound(const std::string& name, std::function<Value(CallArgs&)> fn) { retur
 }  // namespace
 
 Value call_string_method(const std::string& s, const std::string& m, CallArgs& args, Budget& budget) {
-  budget.charge(int64_t(s.size() / 64));
+  budget.charge(int64_t(s.size() / 16));
   Value result;
   if (m == "startswith" || m == "endswith") {
     Value prefix = args.get(0, "prefix");

@@ -86,7 +86,7 @@ Value repeat(const Value& seq, int64_t n, Budget& budget) {
   if (n <= 0) return seq.is_string() ? Value(std::string()) : Value(List{});
   if (seq.is_string()) {
     budget.check_size(seq.str().size() * size_t(std::min<int64_t>(n, INT32_MAX)));
-    budget.charge(int64_t(seq.str().size() * n / 64));
+    budget.charge(int64_t(seq.str().size() * n / 16));
     std::string out;
     out.reserve(seq.str().size() * n);
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -131,7 +131,9 @@ Value percent_format(const std::string& fmt, const Value& args, Budget& budget) 
     }
     budget.check_size(out.size());
   }
-  if (next < items.size()) throw JinjaFault("not all arguments converted during string formatting");
+  // Python lets a single list or dict argument go unused (it could be a mapping for %(name)s).
+  bool mapping_like = !args.is_tuple() && (args.is_list() || args.is_map());
+  if (next < items.size() && !mapping_like) throw JinjaFault("not all arguments converted during string formatting");
   return Value(std::move(out));
 }
 
@@ -149,7 +151,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Budget& b
     std::string s = to_str(a);
     std::string t = to_str(b);
     budget.check_size(s.size() + t.size());
-    budget.charge(int64_t((s.size() + t.size()) / 64));
+    budget.charge(int64_t((s.size() + t.size()) / 16));
     return Value(s + t);
   }
   if (a.is_undefined()) undefined_error(a);
@@ -161,7 +163,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Budget& b
     if (numbers) return Value(checked_add(a.as_int(), b.as_int()));
     if (a.is_string() && b.is_string()) {
       budget.check_size(a.str().size() + b.str().size());
-      budget.charge(int64_t((a.str().size() + b.str().size()) / 64));
+      budget.charge(int64_t((a.str().size() + b.str().size()) / 16));
       return Value(a.str() + b.str());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
@@ -233,7 +235,7 @@ bool less_than(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order = code point order
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const List& x = a.list();
     const List& y = b.list();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {

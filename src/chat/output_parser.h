@@ -3,7 +3,7 @@
 // tokens in Qwen's and Gemma's vocabularies).
 //
 // Formats (see docs/chat.md for sources):
-//   Qwen (Qwen3, Qwen3.5, Qwen3-Next; Hermes-style tool calls):
+//   Qwen (the markers Qwen3's template writes; Hermes-style tool calls):
 //     <think>\n REASONING \n</think>\n\n CONTENT
 //     <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
 //   Gemma 4:

@@ -136,7 +136,7 @@ std::string py_replace(const std::string& s, const std::string& old_s, const std
     budget.check_size(out.size());
   }
   out.append(s, pos, std::string::npos);
-  budget.charge(int64_t(out.size() / 64));
+  budget.charge(int64_t(out.size() / 16));
   return out;
 }
 

@@ -65,8 +65,35 @@ Value Value::none() {
 }
 
 Value::Value(std::string s) : kind_(Kind::kString), ptr_(std::make_shared<std::string>(std::move(s))) {}
-Value::Value(List list) : kind_(Kind::kList), ptr_(std::make_shared<List>(std::move(list))) {}
-Value::Value(Map map) : kind_(Kind::kMap), ptr_(std::make_shared<Map>(std::move(map))) {}
+// Containers record how deeply they nest, so no value is deep enough to overflow the stack when it
+// is printed, compared or destroyed.
+static uint16_t container_depth(int deepest_item) {
+  if (deepest_item + 1 > kMaxValueDepth) {
+    throw JinjaFault(cat("value nested deeper than ", kMaxValueDepth, " levels"));
+  }
+  return uint16_t(deepest_item + 1);
+}
+
+Value::Value(List list) : kind_(Kind::kList) {
+  int deepest = 0;
+  for (const auto& item : list) deepest = std::max(deepest, int(item.depth_));
+  depth_ = container_depth(deepest);
+  ptr_ = std::make_shared<List>(std::move(list));
+}
+
+Value::Value(Map map) : kind_(Kind::kMap) {
+  int deepest = 0;
+  for (const auto& kv : map.items()) deepest = std::max(deepest, int(kv.second.depth_));
+  depth_ = container_depth(deepest);
+  ptr_ = std::make_shared<Map>(std::move(map));
+}
+
+void Value::check_storable_in_namespace(const Value& v) {
+  if (v.depth_ >= kNamespaceDepth) {
+    throw JinjaFault(cat("a namespace can hold only values nested less than ", int(kNamespaceDepth),
+                         " levels deep, and no namespaces"));
+  }
+}
 
 Value Value::callable(std::string name, Function fn) {
   Value v;
@@ -76,8 +103,10 @@ Value Value::callable(std::string name, Function fn) {
 }
 
 Value Value::name_space(Map map) {
+  for (const auto& kv : map.items()) check_storable_in_namespace(kv.second);
   Value v(std::move(map));
   v.flag_ = true;
+  v.depth_ = kNamespaceDepth;  // whatever it will hold: see check_storable_in_namespace
   return v;
 }
 
@@ -227,66 +256,112 @@ static std::string repr_string(const std::string& s) {
   return out;
 }
 
-std::string repr(const Value& v) {
-  if (v.is_string()) return repr_string(v.str());
-  return to_str(v);
+// ---- expansion limits ---------------------------------------------------------------------------
+
+namespace {
+thread_local ExpansionLimit g_limit{};
+thread_local int64_t g_visits = 0;
+
+void count_visit() {
+  if (++g_visits > g_limit.max_visits) {
+    throw JinjaFault(cat("comparing or converting a value took more than ", g_limit.max_visits,
+                         " steps (a value built to expand exponentially?)"));
+  }
 }
 
-std::string to_str(const Value& v) {
+void check_expansion(size_t size, int depth) {
+  if (size > g_limit.max_bytes) {
+    throw JinjaFault(cat("converting a value to text exceeds the bound of ", g_limit.max_bytes, " bytes"));
+  }
+  if (depth > 512) throw JinjaFault("value nested deeper than 512 levels");
+}
+}  // namespace
+
+ScopedExpansionLimit::ScopedExpansionLimit(ExpansionLimit limit) : saved_(g_limit) {
+  g_limit = limit;
+  g_visits = 0;  // one budget of comparison visits per render
+}
+ScopedExpansionLimit::~ScopedExpansionLimit() { g_limit = saved_; }
+
+static void append_str(std::string& out, const Value& v, bool quoted, int depth) {
+  check_expansion(out.size(), depth);
   switch (v.kind()) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return v.as_bool() ? "True" : "False";
-    case Kind::kInt: return std::to_string(v.as_int());
-    case Kind::kFloat: return format_float(v.as_float());
-    case Kind::kString: return v.str();
+    case Kind::kUndefined: return;
+    case Kind::kNone: out += "None"; return;
+    case Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
+    case Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Kind::kFloat: out += format_float(v.as_float()); return;
+    case Kind::kString: out += quoted ? repr_string(v.str()) : v.str(); return;
     case Kind::kList: {
-      std::string out = v.is_tuple() ? "(" : "[";
+      out += v.is_tuple() ? "(" : "[";
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i) out += ", ";
-        out += repr(v.list()[i]);
+        append_str(out, v.list()[i], true, depth + 1);
       }
       if (v.is_tuple() && v.list().size() == 1) out += ",";
-      return out + (v.is_tuple() ? ")" : "]");
+      out += v.is_tuple() ? ")" : "]";
+      return;
     }
     case Kind::kMap: {
-      if (v.is_namespace()) return "<Namespace>";
-      std::string out = "{";
+      if (v.is_namespace()) {
+        out += "<Namespace>";
+        return;
+      }
+      out += "{";
       bool first = true;
       for (const auto& [k, item] : v.map().items()) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + repr(item);
+        out += repr_string(k);
+        out += ": ";
+        append_str(out, item, true, depth + 1);
       }
-      return out + "}";
+      out += "}";
+      return;
     }
-    case Kind::kCallable: return "<function " + v.name() + ">";
+    case Kind::kCallable: out += "<function " + v.name() + ">"; return;
   }
-  return "";
 }
 
-bool equals(const Value& a, const Value& b) {
+std::string repr(const Value& v) {
+  std::string out;
+  append_str(out, v, true, 0);
+  return out;
+}
+
+std::string to_str(const Value& v) {
+  if (v.is_string()) return v.str();
+  std::string out;
+  append_str(out, v, false, 0);
+  return out;
+}
+
+static bool equals_at(const Value& a, const Value& b, int depth) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
   }
   if (a.kind() != b.kind()) return false;
+  count_visit();
+  if (depth > 512) throw JinjaFault("value nested deeper than 512 levels");
   switch (a.kind()) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
     case Kind::kString: return a.str() == b.str();
     case Kind::kList: {
-      if (a.list().size() != b.list().size()) return false;
+      if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;  // [1] != (1,)
+      if (&a.list() == &b.list()) return true;
       for (size_t i = 0; i < a.list().size(); ++i) {
-        if (!equals(a.list()[i], b.list()[i])) return false;
+        if (!equals_at(a.list()[i], b.list()[i], depth + 1)) return false;
       }
       return true;
     }
     case Kind::kMap: {
       if (a.map().size() != b.map().size()) return false;
+      if (&a.map() == &b.map()) return true;
       for (const auto& [k, item] : a.map().items()) {
         const Value* other = b.map().find(k);
-        if (!other || !equals(item, *other)) return false;
+        if (!other || !equals_at(item, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -294,6 +369,8 @@ bool equals(const Value& a, const Value& b) {
     default: return false;
   }
 }
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
 
 // ---- JSON ---------------------------------------------------------------------------------------
 
@@ -331,6 +408,9 @@ static void json_value(std::string& out, const Value& v, const JsonStyle& style,
   const std::string& item_sep =
       !style.item_separator.empty() ? style.item_separator : (style.indent < 0 ? ", " : ",");
   if (depth > 512) throw std::invalid_argument("tojson: value nested deeper than 512 levels");
+  if (out.size() > g_limit.max_bytes) {
+    throw std::invalid_argument(cat("tojson: the JSON text exceeds the bound of ", g_limit.max_bytes, " bytes"));
+  }
   switch (v.kind()) {
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.as_bool() ? "true" : "false"; return;

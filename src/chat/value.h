@@ -6,6 +6,7 @@
 // slicing count code points, like Python's str.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +40,9 @@ class Map {
   std::vector<std::pair<std::string, Value>> items_;
   std::unordered_map<std::string, size_t> index_;
 };
+
+constexpr int kMaxValueDepth = 512;       // lists and dicts nested deeper are refused
+constexpr uint16_t kNamespaceDepth = 256;  // a namespace counts this deep (it is mutable)
 
 enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kMap, kCallable };
 
@@ -87,6 +91,12 @@ class Value {
   // For undefined: the name that was looked up; for callables: the function's name.
   const std::string& name() const;
 
+  // Nesting depth: 0 for scalars, 1 + the deepest item for lists and dicts.
+  int depth() const { return depth_; }
+  // Namespaces are mutable, so what they hold is limited instead of tracked: values nested less
+  // than kNamespaceDepth, hence no namespace (no cycles, no unbounded depth). Throws JinjaFault.
+  static void check_storable_in_namespace(const Value& v);
+
   // Python truthiness: undefined, None, False, 0, 0.0, "", [] and {} are false.
   bool truthy() const;
   // Python's type name, for error messages: "str", "int", "list", "dict", "NoneType", ...
@@ -95,6 +105,7 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool flag_ = false;  // namespace (map) or tuple (list)
+  uint16_t depth_ = 0;
   union {
     int64_t int_ = 0;  // bool, int
     double float_;
@@ -118,6 +129,24 @@ struct CallArgs {
  private:
   size_t used_positional_ = 0;
   std::vector<std::string> used_keywords_;
+};
+
+// Bounds for expanding a value into text (str, repr, tojson) or comparing it (==): a value built
+// by sharing (`{% set ns.l = [ns.l, ns.l] %}` 64 times) expands exponentially. The interpreter sets
+// them for the duration of a render; the conversions throw JinjaFault beyond them.
+struct ExpansionLimit {
+  size_t max_bytes = SIZE_MAX;
+  int64_t max_visits = INT64_MAX;
+};
+class ScopedExpansionLimit {
+ public:
+  explicit ScopedExpansionLimit(ExpansionLimit limit);
+  ~ScopedExpansionLimit();
+  ScopedExpansionLimit(const ScopedExpansionLimit&) = delete;
+  ScopedExpansionLimit& operator=(const ScopedExpansionLimit&) = delete;
+
+ private:
+  ExpansionLimit saved_;
 };
 
 // Python's str(): None → "None", True → "True", 1.0 → "1.0", lists and dicts as repr.

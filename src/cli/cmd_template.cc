@@ -45,6 +45,7 @@ int run_template(const Args& args) {
     if (!req.tools.is_array()) bad_input("--tools: expected a JSON array of tool definitions");
   }
   req.add_generation_prompt = args.flag("add-generation-prompt");
+  req.continue_final_message = args.flag("continue-final-message");
   req.template_name = args.get("template");
   for (const std::string& kv : args.get_all("var")) {
     size_t eq = kv.find('=');
@@ -64,6 +65,7 @@ const std::vector<OptionSpec> kOptions = {
     {"messages", "", "FILE", "JSON array of messages (or {\"messages\": [...], \"tools\": [...]}); - for stdin", ""},
     {"tools", "", "FILE", "JSON array of tool definitions", ""},
     {"add-generation-prompt", "", "", "end with the opening of the assistant's turn", ""},
+    {"continue-final-message", "", "", "end inside the last message, for the model to continue it", ""},
     {"var", "", "NAME=VALUE", "extra template variable; VALUE is JSON when it parses, else a string (repeatable)", ""},
     {"template", "", "NAME", "named chat template (default: picked as transformers does)", ""},
     {"max-steps", "", "N", "evaluation step bound", "10000000"},
@@ -72,8 +74,8 @@ const std::vector<OptionSpec> kOptions = {
 const Registrar kReg{{
     .name = "template",
     .summary = "render a chat template for a conversation",
-    .usage = "kestrel template --tokenizer PATH --messages FILE.json [--tools FILE] [--add-generation-prompt] "
-             "[--var k=v ...]",
+    .usage = "kestrel template --tokenizer PATH --messages FILE.json [--tools FILE] [--add-generation-prompt | "
+             "--continue-final-message] [--var k=v ...]",
     .details = "Prints the prompt exactly as transformers' apply_chat_template renders it (no trailing newline "
                "is added).",
     .options = kOptions,

@@ -200,6 +200,20 @@ TEST(ChatOutputParserTest, FormatIsDetectedFromTheTemplate) {
   EXPECT_EQ(g.tool_syntax, ToolCallSyntax::kNone);
   OutputFormat g4 = detect_output_format("{{ '<|turn>model\\n' }}{% if tools %}<|tool>{% endif %}<|tool_call>");
   EXPECT_EQ(g4.tool_syntax, ToolCallSyntax::kGemma4);
+  // From a template and the prompt it rendered: a prompt ending in an open <think> starts in reasoning.
+  ChatTemplate forced = ChatTemplate::from_source(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}{# <tool_call> #}");
+  ChatRequest req;
+  req.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  req.add_generation_prompt = true;
+  std::string prompt = forced.render(req);
+  OutputParserOptions opt = forced.output_options(req, prompt);
+  EXPECT_TRUE(opt.starts_in_reasoning);
+  EXPECT_EQ(opt.format.tool_syntax, ToolCallSyntax::kJson);
+  ParsedDelta d = OutputParser::parse(opt, "hmm\n</think>\n\nHello!");
+  EXPECT_EQ(d.reasoning, "hmm");
+  EXPECT_EQ(d.content, "Hello!");
   // Plain format: nothing is held back or interpreted.
   Collected plain = run_whole({.format = plain_output_format()}, "<think>x</think><tool_call>{}</tool_call>");
   EXPECT_EQ(plain.content, "<think>x</think><tool_call>{}</tool_call>");

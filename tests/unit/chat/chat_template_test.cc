@@ -79,6 +79,43 @@ TEST(ChatTemplateTest, Qwen3FixtureChatsRenderExactly) { check_fixture("tokenize
 
 TEST(ChatTemplateTest, Gemma3FixtureChatsRenderExactly) { check_fixture("tokenizer-gemma3", "text_gemma3.json"); }
 
+TEST(ChatTemplateTest, ContinueFinalMessageCutsAfterItsText) {
+  std::string config = npm_tokenizer_config("tokenizer-qwen3");
+  if (!file_exists(config)) GTEST_SKIP() << "run scripts/setup.sh";
+  ChatTemplate t = ChatTemplate::load(config);
+  ChatRequest req;
+  req.messages = ojson::parse(R"([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "It is "}])");
+  req.continue_final_message = true;
+  // The template writes "It is <|im_end|>": the trailing space is kept because the template kept it.
+  EXPECT_EQ(t.render(req), "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nIt is ");
+  ChatTemplate trimming = ChatTemplate::from_source("{% for m in messages %}[{{ m.content | trim }}]{% endfor %}");
+  req.messages = ojson::parse(R"([{"role": "assistant", "content": [{"type": "text", "text": "  partial  "}]}])");
+  // The text block is found inside the printed list; the cut follows transformers' rule.
+  EXPECT_EQ(trimming.render(req), "[[{'type': 'text', 'text': '  partial");
+  req.messages = ojson::parse(R"([{"role": "assistant", "content": "  partial  "}])");
+  EXPECT_EQ(trimming.render(req), "[partial");
+  req.add_generation_prompt = true;
+  EXPECT_THROW(trimming.render(req), Error);
+  req.add_generation_prompt = false;
+  ChatTemplate dropping = ChatTemplate::from_source("nothing");
+  EXPECT_THROW(dropping.render(req), Error);
+}
+
+TEST(ChatTemplateTest, DeeplyNestedInputIsRefused) {
+  ChatTemplate t = ChatTemplate::from_source("{{ messages | length }}");
+  ChatRequest req;
+  std::string deep = std::string(600, '[') + std::string(600, ']');
+  req.messages = ojson::array({ojson::parse(deep)});
+  try {
+    t.render(req);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "chat messages: value nested deeper than 512 levels");
+  }
+  req.messages = ojson::array({ojson::parse(std::string(300, '[') + std::string(300, ']'))});
+  EXPECT_EQ(t.render(req), "1");
+}
+
 TEST(ChatTemplateTest, SpecialTokensComeFromTokenizerConfig) {
   ojson config = {{"bos_token", "<s>"},
                   {"eos_token", {{"content", "</s>"}, {"lstrip", false}}},

@@ -79,6 +79,7 @@ CASES = [
     ("string_mul", "{{ 'ab' * 3 }}|{{ 2 * 'x' }}|{{ [1] * 3 }}", {}),
     ("list_plus", "{{ [1, 2] + [3] }}", {}),
     ("bool_arith", "{{ true + 1 }} {{ true * 3 }}", {}),
+    ("percent_format_specs", "{{ '%.2f|%5d|%-4s|%04d|%x|%e|%3.1s|%+d|%%' % (3.14159, 42, 'ab', 7, 255, 12345.678, 'xyz', 5) }} {{ '%.2f' | format(2.5) }}", {}),
     ("percent_format", "{{ '%s is %d' % ('x', 3) }} {{ '%s' % 'y' }}", {}),
     # ---- comparisons and logic
     ("compare", "{{ 1 < 2 }} {{ 2 <= 2 }} {{ 3 > 4 }} {{ 'a' < 'b' }} {{ 1 == 1.0 }} {{ 1 != 2 }} {{ [1,2] == [1,2] }} {{ true == 1 }}", {}),
@@ -128,6 +129,9 @@ CASES = [
     ("macro_sees_globals", "{% set g = 'G' %}{% macro f() %}{{ g }}{{ top }}{% endmacro %}{{ f() }}", {"top": "T"}),
     ("macro_ws", "{%- macro render(x) -%}\n  <{{ x }}>\n{%- endmacro -%}\n{{ render(1) }}{{ render(2) }}", {}),
     ("macro_recursion_ok", "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1) | int }}{% endif %}{% endmacro %}{{ fact(5) }}", {}),
+    ("macro_closure_in_loop", "{% for x in [1, 2] %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% endfor %}", {}),
+    ("macro_late_top_level", "{% set y = 1 %}{% macro m() %}{{ y }}{% endmacro %}{% set y = 3 %}{{ m() }}", {}),
+    ("macro_calls_later_macro", "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}B{% endmacro %}{{ a() }}", {}),
     ("filter_block", "{% filter upper %}abc {{ 'd' }}{% endfilter %}", {}),
     # ---- filters
     ("tojson_basic", "{{ x | tojson }}", {"x": {"b": 1, "a": [1.5, "é", None, True], "c": {"d": "q\"\n"}}}),
@@ -227,6 +231,7 @@ CASES = [
     ("err_list_tuple_order", "{{ [] <= (1, 2) }}", {}),
     ("err_float_undefined", "{{ nothing | float }}", {}),
     ("err_int_undefined", "{{ nothing | int }}", {}),
+    ("err_percent_missing_arg", "{{ '%s %s' % ('a',) }}", {}),
     ("err_split_empty_sep", "{{ 'a'.split('') }}", {}),
     ("err_index_undefined_item", "{{ [][0]['role'] }}", {}),
 ]

@@ -257,9 +257,19 @@ class Interpreter {
     if (n == 0 && node.kids[3]) exec(*node.kids[3]);
   }
 
+  // A macro sees the template's top-level variables as they are when it is called, and the
+  // variables of the scopes it was defined in (a loop's, another macro's) as they were then.
   Value make_macro(const Node& node) {
     const Node* macro = &node;
-    return Value::callable(node.name, [this, macro](CallArgs& args) -> Value {
+    Frame closure;
+    for (size_t i = floor_; i < frames_.size(); ++i) {
+      for (const auto& [k, v] : frames_[i]) {
+        auto it = std::find_if(closure.begin(), closure.end(), [&](const auto& kv) { return kv.first == k; });
+        if (it != closure.end()) it->second = v;
+        else closure.emplace_back(k, v);
+      }
+    }
+    return Value::callable(node.name, [this, macro, closure = std::move(closure)](CallArgs& args) -> Value {
       const auto& params = macro->names;
       if (args.positional.size() > params.size()) {
         throw JinjaFault(cat("macro '", macro->name, "' takes at most ", params.size(), " argument",
@@ -276,12 +286,14 @@ class Interpreter {
                              " (recursion without end?)"));
       }
       size_t saved_floor = floor_;
-      frames_.emplace_back();
+      frames_.push_back(closure);
       floor_ = frames_.size() - 1;
+      frames_.emplace_back();
       struct Restore {
         Interpreter& in;
         size_t floor;
         ~Restore() {
+          in.frames_.pop_back();
           in.frames_.pop_back();
           in.floor_ = floor;
           --in.depth_;

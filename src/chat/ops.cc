@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <string_view>
 
 #include "chat/builtins.h"
 #include "chat/jinja_error.h"
@@ -99,7 +100,8 @@ Value repeat(const Value& seq, int64_t n, Budget& budget) {
   return Value(std::move(out));
 }
 
-// Python's printf-style `"%s and %d" % (a, b)`: %s %r %d %i %f %% only.
+// Python's printf-style `"%s and %.2f" % (a, b)`: flags (-+ #0), width, precision and the
+// conversions s r d i u f F e E g G x X o c %; no `%(name)s` or `*` widths.
 Value percent_format(const std::string& fmt, const Value& args, Budget& budget) {
   List items = args.is_tuple() ? args.list() : List{args};
   size_t next = 0;
@@ -109,22 +111,63 @@ Value percent_format(const std::string& fmt, const Value& args, Budget& budget) 
       out += fmt[i];
       continue;
     }
-    if (++i >= fmt.size()) throw JinjaFault("incomplete format");
+    size_t spec_start = i;
+    ++i;
+    while (i < fmt.size() && std::string_view("-+ #0").find(fmt[i]) != std::string_view::npos) ++i;
+    while (i < fmt.size() && std::isdigit((unsigned char)fmt[i])) ++i;
+    if (i < fmt.size() && fmt[i] == '.') {
+      ++i;
+      while (i < fmt.size() && std::isdigit((unsigned char)fmt[i])) ++i;
+    }
+    if (i >= fmt.size()) throw JinjaFault("incomplete format");
     char c = fmt[i];
+    std::string spec = fmt.substr(spec_start, i - spec_start);  // "%-8.3" without the conversion
+    for (size_t k = 1, n = 0; k <= spec.size(); ++k) {  // widths and precisions up to 256
+      if (k < spec.size() && std::isdigit((unsigned char)spec[k])) {
+        n = n * 10 + size_t(spec[k] - '0');
+        if (n > 256) throw JinjaFault("format widths and precisions above 256 are not supported");
+      } else {
+        n = 0;
+      }
+    }
     if (c == '%') {
       out += '%';
       continue;
     }
     if (next >= items.size()) throw JinjaFault("not enough arguments for format string");
     const Value& v = items[next++];
-    if (c == 's') out += to_str(v);
-    else if (c == 'r') out += repr(v);
-    else if (c == 'd' || c == 'i') {
+    char buf[512];
+    if (c == 's' || c == 'r') {
+      std::string text = c == 's' ? to_str(v) : repr(v);
+      size_t dot = spec.find('.');
+      if (dot != std::string::npos) {
+        size_t precision = 0;
+        for (size_t k = dot + 1; k < spec.size(); ++k) precision = precision * 10 + size_t(spec[k] - '0');
+        if (utf8_length(text) > precision) text = utf8_encode(utf8_decode(text), 0, precision);
+      }
+      size_t w_start = spec.find_first_of("123456789");
+      size_t width = (w_start != std::string::npos && (dot == std::string::npos || w_start < dot))
+                         ? std::stoul(spec.substr(w_start, (dot == std::string::npos ? spec.size() : dot) - w_start))
+                         : 0;
+      size_t len = utf8_length(text);
+      if (len < width) {
+        if (spec.find('-') != std::string::npos) text += std::string(width - len, ' ');
+        else text = std::string(width - len, ' ') + text;
+      }
+      out += text;
+    } else if (std::string_view("diuxXoc").find(c) != std::string_view::npos) {
       if (!v.is_number()) throw JinjaFault(cat("%", c, " format: a number is required, not ", v.type_name()));
-      out += std::to_string(v.is_float() ? int64_t(v.as_float()) : v.as_int());
-    } else if (c == 'f') {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%f", v.as_float());
+      long long n = v.is_float() ? (long long)v.as_float() : (long long)v.as_int();
+      if (c == 'c') {
+        utf8_append(out, char32_t(n));
+        continue;
+      }
+      char conv = c == 'i' || c == 'u' ? 'd' : c;
+      std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), n);
+      out += buf;
+    } else if (std::string_view("fFeEgG").find(c) != std::string_view::npos) {
+      if (!v.is_number()) throw JinjaFault(cat("%", c, " format: a number is required, not ", v.type_name()));
+      std::snprintf(buf, sizeof buf, (spec + c).c_str(), v.as_float());
       out += buf;
     } else {
       throw JinjaFault(cat("unsupported format character '", c, "'"));

@@ -13,6 +13,14 @@ namespace kestrel::cli {
 namespace {
 
 int serve_cmd(const Args& args) {
+  // SIGTERM / SIGINT are taken by a watcher thread; block them in this thread before any other
+  // thread (CPU workers, HTTP workers) is created, so every thread inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   const std::string dir = args.require("model");
   server::ServerOptions so;
   so.host = args.get("host", "127.0.0.1");
@@ -35,14 +43,6 @@ int serve_cmd(const Args& args) {
   mo.prefix_cache = !args.flag("no-prefix-cache");
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   so.limits.max_prompt_tokens = std::min<int64_t>(so.limits.max_prompt_tokens, mo.max_context - 1);
-
-  // SIGTERM / SIGINT are taken by a watcher thread; block them everywhere else.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   server::Server srv(so);
   const int port = srv.bind();

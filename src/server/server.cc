@@ -279,11 +279,14 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
       res.set_header("Retry-After", "1");
       throw_api(429, "too many concurrent requests; retry later", "", "rate_limit_error");
     }
-    struct InFlight {
-      std::atomic<int>& n;
+    struct InFlight {  // held until the response (streamed or not) is complete
+      explicit InFlight(std::atomic<int>& counter) : n(counter) {}
+      InFlight(const InFlight&) = delete;
+      InFlight& operator=(const InFlight&) = delete;
       ~InFlight() { n.fetch_sub(1); }
+      std::atomic<int>& n;
     };
-    auto guard = std::make_shared<InFlight>(InFlight{in_flight_});
+    auto guard = std::make_shared<InFlight>(in_flight_);
 
     std::vector<std::unique_ptr<ChoiceStream>> choices;
     for (int i = 0; i < params.n; ++i) {

@@ -12,32 +12,27 @@
 #include "engine/parity.h"
 #include "engine/runner.h"
 #include "model/loader.h"
+#include "support/fixture_model.h"
 #include "support/paths.h"
 
 namespace kestrel::test {
 
-// The fixture's model on the CPU backend, loaded once per test.
-struct FixtureModel {
-  explicit FixtureModel(const std::string& family)
-      : dir(data_path("fixtures/" + family)), lm(load_model(dir, ops)) {}
-  std::string dir;
-  CpuOps ops;
-  LoadedModel lm;
-  Model& model() { return *lm.model; }
-};
 
-// Every prompt: logits, greedy-step logits and hidden states within 1e-4 of the reference's RMS,
+// Every prompt: logits, greedy-step logits and hidden states within `tolerance` of the
+// reference's RMS (1e-4 unless a caller passes a measured float32 floor, see gemma4_golden_test.cc),
 // greedy continuation identical (a flip only where the reference's top-2 gap is within our error).
-inline void expect_parity(const std::string& family) {
+// Prompts shorter than `floor_from_len` are always held to 1e-4.
+inline void expect_parity(const std::string& family, double tolerance = 1e-4, int floor_from_len = 1 << 30) {
   FixtureModel fm(family);
   ParityReport r = run_parity(fm.model(), fm.dir + "/reference.safetensors", ParityOptions{});
   ASSERT_FALSE(r.prompts.empty());
   for (const auto& p : r.prompts) {
     SCOPED_TRACE(family + " prompt of length " + std::to_string(p.len));
-    EXPECT_LE(p.rel_err, 1e-4);
-    EXPECT_LE(p.step_rel_err, 1e-4);
+    const double tol = p.len >= floor_from_len ? tolerance : 1e-4;
+    EXPECT_LE(p.rel_err, tol);
+    EXPECT_LE(p.step_rel_err, tol);
     if (p.hidden_rel_err >= 0) {
-      EXPECT_LE(p.hidden_rel_err, 1e-4);
+      EXPECT_LE(p.hidden_rel_err, tol);
     }
     if (!p.greedy_match) {
       EXPECT_TRUE(p.near_tie) << "greedy continuation diverges at step " << p.first_divergence

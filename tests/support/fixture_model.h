@@ -12,10 +12,13 @@
 
 namespace kestrel::test {
 
+// The fixture's model on the CPU backend, loaded once per test.
 struct FixtureModel {
+  explicit FixtureModel(const std::string& family)
+      : dir(data_path("fixtures/" + family)), lm(load_model(dir, ops)) {}
+  std::string dir;
   CpuOps ops;
   LoadedModel lm;
-  explicit FixtureModel(const std::string& family) : lm(load_model(data_path("fixtures/" + family), ops)) {}
   Model& model() { return *lm.model; }
 };
 

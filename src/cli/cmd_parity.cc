@@ -60,11 +60,11 @@ int run_parity_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "parity",
     .summary = "check a model's logits against a reference computed by transformers",
-    .usage = "kestrel parity -m DIR [--reference FILE] [--json] [--device cpu|cuda]",
+    .usage = "kestrel parity -m DIR|FILE.gguf [--reference FILE] [--json] [--device cpu|cuda]",
     .details = "Runs every prompt of the reference file (default DIR/reference.safetensors): full-prompt\n"
                "logits, the greedy continuation with its step logits, and hidden states where present.\n"
                "Exit status 0 only when every prompt is within tolerance.",
-    .options = {{"model", "m", "DIR", "model directory (config.json + safetensors)"},
+    .options = {{"model", "m", "DIR", "model directory (config.json + safetensors), or a .gguf file"},
                 {"reference", "r", "FILE", "reference file", "DIR/reference.safetensors"},
                 {"json", "", "", "print one JSON object: {pass, prompts: [{len, max_abs_err, rel_err, greedy_match}]}"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},

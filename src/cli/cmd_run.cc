@@ -46,10 +46,10 @@ int run_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "run",
     .summary = "generate a continuation of a prompt",
-    .usage = "kestrel run -m DIR --prompt-ids 1,2,3 [-n 16] [--temperature T --top-k K --top-p P --seed S]",
+    .usage = "kestrel run -m DIR|FILE.gguf --prompt-ids 1,2,3 [-n 16] [--temperature T --top-k K --top-p P --seed S]",
     .details = "Prints the generated token ids as a JSON array. Greedy unless --temperature > 0.\n"
                "Generation stops at the model's EOS ids (config.json / generation_config.json) unless --ignore-eos.",
-    .options = {{"model", "m", "DIR", "model directory"},
+    .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"prompt-ids", "", "IDS", "comma-separated prompt token ids"},
                 {"n", "n", "N", "tokens to generate", "16"},
                 {"temperature", "", "T", "sampling temperature (0 = greedy)", "0"},

@@ -7,17 +7,26 @@
 #include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "model/loader.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
 namespace {
 
 int run_cmd(const Args& args) {
   const std::string dir = args.require("model");
-  if (!args.has("prompt-ids")) bad_input("give the prompt with --prompt-ids 1,2,3");
+  if (args.has("prompt-ids") == args.has("prompt"))
+    bad_input("give the prompt either as text (--prompt TEXT) or as token ids (--prompt-ids 1,2,3)");
   std::vector<int32_t> prompt;
-  for (int64_t v : parse_int_list(args.get("prompt-ids"), "--prompt-ids")) {
-    if (v < 0 || v > INT32_MAX) bad_input("--prompt-ids: ", v, " is not a token id");
-    prompt.push_back(int32_t(v));
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  if (args.has("prompt")) {
+    // Text in, text out: the model directory's tokenizer (or --tokenizer PATH).
+    tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(args.get("tokenizer", dir)));
+    prompt = tokenizer->encode(args.get("prompt"), {.add_special_tokens = !args.flag("no-special")});
+  } else {
+    for (int64_t v : parse_int_list(args.get("prompt-ids"), "--prompt-ids")) {
+      if (v < 0 || v > INT32_MAX) bad_input("--prompt-ids: ", v, " is not a token id");
+      prompt.push_back(int32_t(v));
+    }
   }
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   GenerateOptions opts;
@@ -29,12 +38,28 @@ int run_cmd(const Args& args) {
   opts.sampling.seed = uint64_t(args.get_int("seed", 0, 0, INT64_MAX));
   auto ops = make_backend(args.get("device", "cpu"));
   LoadedModel lm = load_model(dir, *ops);
-  if (!args.flag("ignore-eos")) opts.stop_token_ids = lm.config().eos_token_ids;
+  if (!args.flag("ignore-eos")) {
+    opts.stop_token_ids = lm.config().eos_token_ids;
+    if (tokenizer && tokenizer->eos_id()) opts.stop_token_ids.push_back(*tokenizer->eos_id());
+  }
   Runner runner(*lm.model, cpu_cache_sizing(lm.config(), 1, int64_t(prompt.size()) + opts.max_new_tokens));
-  GenerateResult r = generate(runner, prompt, opts);
-  std::printf("[");
-  for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? ", " : "", r.tokens[i]);
-  std::printf("]\n");
+  GenerateResult r;
+  if (tokenizer) {  // stream the text as it is generated
+    if (tokenizer->vocab_size() > lm.config().vocab_size)
+      bad_input(args.get("tokenizer", dir), ": the tokenizer has ", tokenizer->vocab_size(),
+                " tokens but the model's vocabulary is ", lm.config().vocab_size);
+    tok::StreamDecoder stream(*tokenizer, {.skip_special_tokens = true});
+    r = generate(runner, prompt, opts, [&](int32_t t) {
+      std::fputs(stream.push(t).c_str(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("%s\n", stream.finish().c_str());
+  } else {
+    r = generate(runner, prompt, opts);
+    std::printf("[");
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? ", " : "", r.tokens[i]);
+    std::printf("]\n");
+  }
   if (args.flag("stats")) {
     std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.2f tok/s)\n",
                  prompt.size(), r.prefill_seconds, double(prompt.size()) / r.prefill_seconds, r.tokens.size(),
@@ -46,11 +71,15 @@ int run_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "run",
     .summary = "generate a continuation of a prompt",
-    .usage = "kestrel run -m DIR|FILE.gguf --prompt-ids 1,2,3 [-n 16] [--temperature T --top-k K --top-p P --seed S]",
-    .details = "Prints the generated token ids as a JSON array. Greedy unless --temperature > 0.\n"
+    .usage = "kestrel run -m DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [-n 16] [--temperature T --top-k K --top-p P --seed S]",
+    .details = "With --prompt, streams the generated text (the model directory's tokenizer.json, or --tokenizer);\n"
+               "with --prompt-ids, prints the generated token ids as a JSON array. Greedy unless --temperature > 0.\n"
                "Generation stops at the model's EOS ids (config.json / generation_config.json) unless --ignore-eos.",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
+                {"prompt", "p", "TEXT", "prompt text (tokenized with the model's tokenizer, BOS/EOS as its post-processor adds)"},
                 {"prompt-ids", "", "IDS", "comma-separated prompt token ids"},
+                {"tokenizer", "", "PATH", "tokenizer.json or its directory, for --prompt", "the model directory"},
+                {"no-special", "", "", "do not add the tokenizer's special tokens (BOS) to --prompt"},
                 {"n", "n", "N", "tokens to generate", "16"},
                 {"temperature", "", "T", "sampling temperature (0 = greedy)", "0"},
                 {"top-k", "", "K", "sample among the K most likely tokens (0 = all)", "0"},

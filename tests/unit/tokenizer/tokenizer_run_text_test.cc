@@ -1,0 +1,49 @@
+// kestrel run with a text prompt: tokenized with the model's tokenizer, generated text streamed.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "tokenizer_test_util.h"
+
+namespace kestrel::test {
+namespace {
+
+std::pair<int, std::string> sh(const std::string& args) {
+  std::string cmd = kestrel_binary() + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(TokenizerRunText, TextPromptMatchesTheSameIdsAndDecodes) {
+  const std::string model = work_path("tiny-qwen3.5-text");
+  auto [rc, out] = sh("random-model --like tiny-qwen3.5 --tokenizer " + tokenizer_dir("qwen3") + " --out " + model +
+                      " --seed 3 --quiet");
+  ASSERT_EQ(rc, 0) << out;
+  // "Hello world" is [9707, 1879] for the Qwen3 tokenizer (no BOS): text and ids give the same tokens.
+  auto [rc_ids, ids_out] = sh("run -m " + model + " --prompt-ids 9707,1879 -n 6 --ignore-eos");
+  ASSERT_EQ(rc_ids, 0) << ids_out;
+  auto [rc_text, text_out] = sh("run -m " + model + " --prompt 'Hello world' -n 6 --ignore-eos");
+  ASSERT_EQ(rc_text, 0) << text_out;
+  std::string ids = ids_out.substr(1, ids_out.find(']') - 1);
+  auto [rc_dec, decoded] = sh("detokenize --tokenizer " + tokenizer_dir("qwen3") + " --skip-special " + "'" + ids + "'");
+  ASSERT_EQ(rc_dec, 0) << decoded;
+  EXPECT_EQ(text_out, decoded);
+}
+
+TEST(TokenizerRunText, ClearErrors) {
+  auto [rc, out] = sh("run -m " + data_path("fixtures/qwen3") + " --prompt hi -n 2");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("tokenizer"), std::string::npos) << out;
+  auto [rc2, out2] = sh("run -m " + data_path("fixtures/qwen3") + " --prompt hi --prompt-ids 1 -n 2");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("--prompt"), std::string::npos) << out2;
+}
+
+}  // namespace
+}  // namespace kestrel::test

@@ -49,6 +49,23 @@ double JsonFields::get_double(const std::string& key, double fallback, double mi
   return has(key) ? get_double(key, min, max) : fallback;
 }
 
+std::vector<int> JsonFields::get_token_ids(const std::string& key) const {
+  std::vector<int> out;
+  if (!has(key)) return out;
+  const auto& v = obj_[key];
+  auto one = [&](const nlohmann::json& x) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (1 << 30))
+      bad_input(field(key), " must be a token id or a list of token ids, got ", v.dump());
+    out.push_back(int(x.get<int64_t>()));
+  };
+  if (v.is_array()) {
+    for (const auto& x : v) one(x);
+  } else {
+    one(v);
+  }
+  return out;
+}
+
 bool JsonFields::get_bool(const std::string& key, bool fallback) const {
   if (!has(key)) return fallback;
   const auto& v = obj_[key];

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kestrel {
 
@@ -21,6 +22,8 @@ class JsonFields {
   bool get_bool(const std::string& key, bool fallback) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
   const nlohmann::json& get(const std::string& key) const;  // error when absent
+  // A token id or a list of them (eos_token_id, bos_token_id); empty when absent or null.
+  std::vector<int> get_token_ids(const std::string& key) const;
   std::string where() const { return where_; }
   std::string field(const std::string& key) const { return where_ + ": field '" + key + "'"; }
 

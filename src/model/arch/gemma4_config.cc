@@ -16,22 +16,6 @@ namespace {
 
 constexpr int64_t kMaxDim = 1 << 16;
 
-std::vector<int> token_ids(const JsonFields& f, const std::string& key) {
-  std::vector<int> out;
-  if (!f.has(key)) return out;
-  const auto& v = f.get(key);
-  auto one = [&](const nlohmann::json& x) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (1 << 30))
-      bad_input(f.field(key), " must be a token id or a list of token ids, got ", v.dump());
-    out.push_back(int(x.get<int64_t>()));
-  };
-  if (v.is_array()) {
-    for (const auto& x : v) one(x);
-  } else {
-    one(v);
-  }
-  return out;
-}
 
 // RoPE of one layer type from rope_parameters[type].
 RopeConfig parse_rope(const JsonFields& f, const std::string& type, int head_dim) {
@@ -231,9 +215,9 @@ ModelConfig parse_gemma4_config(const nlohmann::json& root, const std::string& p
   if (cfg.per_layer_input_dim > 0)
     cfg.per_layer_vocab = f.get_int("vocab_size_per_layer_input", cfg.vocab_size, 1, 1 << 24);
 
-  cfg.eos_token_ids = token_ids(f, "eos_token_id");
-  if (cfg.eos_token_ids.empty()) cfg.eos_token_ids = token_ids(top, "eos_token_id");
-  auto bos = token_ids(f, "bos_token_id");
+  cfg.eos_token_ids = f.get_token_ids("eos_token_id");
+  if (cfg.eos_token_ids.empty()) cfg.eos_token_ids = top.get_token_ids("eos_token_id");
+  auto bos = f.get_token_ids("bos_token_id");
   cfg.bos_token_id = bos.empty() ? -1 : bos[0];
   for (int id : cfg.eos_token_ids) {
     if (id >= cfg.vocab_size) bad_input(f.field("eos_token_id"), " = ", id, " is outside the vocabulary (", cfg.vocab_size, ")");

@@ -11,22 +11,6 @@ namespace {
 
 constexpr int64_t kMaxDim = 1 << 16;
 
-std::vector<int> read_token_ids(const JsonFields& f, const std::string& key) {
-  std::vector<int> out;
-  if (!f.has(key)) return out;
-  const auto& v = f.get(key);
-  auto one = [&](const nlohmann::json& x) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (1 << 30))
-      bad_input(f.field(key), " must be a token id or a list of token ids, got ", v.dump());
-    out.push_back(int(x.get<int64_t>()));
-  };
-  if (v.is_array()) {
-    for (const auto& x : v) one(x);
-  } else {
-    one(v);
-  }
-  return out;
-}
 
 void parse_rope(const JsonFields& f, ModelConfig& cfg) {
   double theta = f.get_double("rope_theta", 10000.0, 1.0, 1e12);
@@ -174,9 +158,9 @@ ModelConfig parse_qwen_config(const nlohmann::json& root, const std::string& pat
   bool any_dense = std::count(cfg.layer_moe.begin(), cfg.layer_moe.end(), false) > 0;
   cfg.ffn_size = any_dense ? f.get_int("intermediate_size", 1, kMaxDim * 4) : f.get_int("intermediate_size", 0, 0, kMaxDim * 4);
 
-  cfg.eos_token_ids = read_token_ids(f, "eos_token_id");
-  if (cfg.eos_token_ids.empty()) cfg.eos_token_ids = read_token_ids(top, "eos_token_id");
-  auto bos = read_token_ids(f, "bos_token_id");
+  cfg.eos_token_ids = f.get_token_ids("eos_token_id");
+  if (cfg.eos_token_ids.empty()) cfg.eos_token_ids = top.get_token_ids("eos_token_id");
+  auto bos = f.get_token_ids("bos_token_id");
   cfg.bos_token_id = bos.empty() ? -1 : bos[0];
   for (int id : cfg.eos_token_ids) {
     if (id >= cfg.vocab_size) bad_input(f.field("eos_token_id"), " = ", id, " is outside the vocabulary (", cfg.vocab_size, ")");

@@ -8,7 +8,9 @@ namespace {
 
 nlohmann::json token_json(const tok::Tokenizer& tok, int32_t id, float logprob) {
   const int32_t one[1] = {id};
-  std::string text = tok.decode(one);
+  // A model's vocabulary may be padded past the tokenizer's (Qwen: 151936 vs 151669): such ids
+  // have no text.
+  std::string text = id < tok.vocab_size() ? tok.decode(one) : std::string();
   nlohmann::json bytes = nlohmann::json::array();
   for (unsigned char c : text) bytes.push_back(int(c));
   return {{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
@@ -106,7 +108,9 @@ bool ChoiceStream::poll(std::chrono::milliseconds timeout, ChoiceDelta& out) {
     ++completion_tokens_;
     if (params_.logprobs) out.logprobs.push_back(logprob_entry(*model_.tokenizer, t));
     const bool is_stop = std::find(stop_ids.begin(), stop_ids.end(), t.token) != stop_ids.end();
-    if (!is_stop) text += decoder_.push(t.token);  // a stop token ends the text; it is not part of it
+    // A stop token ends the text and is not part of it; ids past the tokenizer's vocabulary (a
+    // padded model vocabulary) have no text, as in Hugging Face's decode.
+    if (!is_stop && t.token < model_.tokenizer->vocab_size()) text += decoder_.push(t.token);
   }
   if (why != FinishReason::kNone) {
     reason_ = why;

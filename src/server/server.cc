@@ -354,6 +354,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
     res.set_chunked_content_provider(
         "text/event-stream",
         [&I, shared, params, chat, id, created, m, guard, serial, n_prompt](size_t, httplib::DataSink& sink) {
+         try {
           auto& cs = *shared;
           auto send = [&](const json& j) {
             const std::string s = "data: " + j.dump() + "\n\n";
@@ -440,6 +441,14 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
           sink.write(fin.data(), fin.size());
           sink.done();
           return true;
+         } catch (const std::exception& e) {
+          // Nothing may escape a stream: the failure ends this response only, as an error event.
+          for (auto& c : *shared) c->request()->cancel();
+          const std::string ev = "data: " + json({{"error", {{"message", e.what()}, {"type", "server_error"}}}}).dump() + "\n\n";
+          sink.write(ev.data(), ev.size());
+          sink.done();
+          return true;
+         }
         },
         [shared](bool success) {
           if (!success) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "io/json_fields.h"
@@ -13,13 +14,17 @@ namespace {
 
 constexpr int64_t kMaxDim = 1 << 16;
 
+// The first of a token id or list of token ids (JsonFields::get_token_ids); -1 when absent.
 int first_token_id(const JsonFields& f, const std::string& key) {
-  if (!f.has(key)) return -1;
-  const auto& v = f.get(key);
-  const auto& x = v.is_array() ? (v.empty() ? v : v[0]) : v;
-  if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (1 << 30))
-    bad_input(f.field(key), " must be a token id or a list of token ids, got ", v.dump());
-  return int(x.get<int64_t>());
+  const std::vector<int> ids = f.get_token_ids(key);
+  if (ids.empty() && f.has(key)) bad_input(f.field(key), " must be a token id or a list of token ids, got []");
+  return ids.empty() ? -1 : ids[0];
+}
+
+// eos_token_id from the text config, else from the wrapper; -1 when neither gives one.
+int eos_token_id(const JsonFields& f, const JsonFields& top) {
+  const int eos = first_token_id(f, "eos_token_id");
+  return eos >= 0 ? eos : first_token_id(top, "eos_token_id");
 }
 
 }  // namespace
@@ -171,8 +176,7 @@ ModelConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::string
       q4.ngram_vocab_divisor = f.get_int("make_ngram_vocab_size_divisible_by", 128, 1, 1 << 20);
       q4.seed = uint64_t(f.get_int("seed", 1234, 0, INT64_MAX));
       q4.ngram_shards = int(f.get_int("split_ngram_parts", 512, 1, 1 << 20));
-      q4.eos = first_token_id(f, "eos_token_id");
-      if (q4.eos < 0) q4.eos = first_token_id(top, "eos_token_id");
+      q4.eos = eos_token_id(f, top);
       if (q4.eos < 0 || q4.eos >= cfg.vocab_size)
         bad_input(f.field("eos_token_id"), " must be a token id in the vocabulary when ple_layer_ids is set");
       cfg.token_context = q4.ngram_size - 1;
@@ -182,7 +186,7 @@ ModelConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::string
     }
   }
 
-  const int eos = first_token_id(f, "eos_token_id") >= 0 ? first_token_id(f, "eos_token_id") : first_token_id(top, "eos_token_id");
+  const int eos = eos_token_id(f, top);
   if (eos >= 0) {
     if (eos >= cfg.vocab_size) bad_input(f.field("eos_token_id"), " = ", eos, " is outside the vocabulary");
     cfg.eos_token_ids = {eos};

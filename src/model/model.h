@@ -34,6 +34,11 @@ class Model {
  protected:
   Model(ModelConfig cfg, Ops& ops) : cfg_(std::move(cfg)), ops_(ops), ws_(ops) {}
   void capture_hidden(HiddenCapture* capture, const Tensor& x);
+  // The end of a forward pass whose residual stream x [T, H] is followed by a final RMSNorm:
+  // captures the normed last hidden state (as transformers reports it), then writes the logits
+  // [plan.logit_rows.size(), vocab] of the requested rows through lm_head [vocab, H].
+  void norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& final_norm, const Tensor& lm_head,
+                     const Tensor& logits, HiddenCapture* capture);
 
   ModelConfig cfg_;
   Ops& ops_;

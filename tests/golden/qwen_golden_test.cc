@@ -37,7 +37,9 @@ TEST_P(QwenGolden, LogitsGreedyAndHiddenStatesMatchTransformers) {
     EXPECT_LE(p.step_rel_err, 1e-4) << "greedy step logits";
     EXPECT_TRUE(p.greedy_match) << "greedy continuation diverged at step " << p.first_divergence
                                 << " (reference top-2 gap " << p.divergence_gap << ")";
-    if (p.hidden_rel_err >= 0) EXPECT_LE(p.hidden_rel_err, 1e-4) << "hidden states";
+    if (p.hidden_rel_err >= 0) {
+      EXPECT_LE(p.hidden_rel_err, 1e-4) << "hidden states";
+    }
   }
 }
 

@@ -220,19 +220,8 @@ void Gemma4Model::forward(const StepPlan& plan, ModelCache& cache, const Tensor&
     if (layer.layer_scalar != 1.0f) ops_.scale(x, layer.layer_scalar);
     if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
   }
-  if (capture) {  // the last hidden state is reported after the final norm, as transformers does
-    Tensor all = ws_.take(T, H);
-    ops_.rms_norm(all, x, final_norm_, eps);
-    capture_hidden(capture, all);
-  }
-  const int64_t R = int64_t(plan.logit_rows.size());
-  if (R == 0) return;
-  KCHECK(logits.rows == R && logits.cols == cfg_.vocab_size);
-  Tensor rows = ws_.take(R, H);
-  ops_.gather_rows(rows, x, plan.logit_rows);
-  ops_.rms_norm(rows, rows, final_norm_, eps);
-  ops_.matmul(logits, rows, lm_head_);
-  if (cfg_.final_logit_softcap > 0.0f) ops_.softcap(logits, cfg_.final_logit_softcap);
+  norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);
+  if (cfg_.final_logit_softcap > 0.0f && !plan.logit_rows.empty()) ops_.softcap(logits, cfg_.final_logit_softcap);
 }
 
 const ArchRegistrar kGemma4{{

@@ -196,18 +196,7 @@ void QwenModel::forward(const StepPlan& plan, ModelCache& cache, const Tensor& l
     ops_.add(x, x, y);
     if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
   }
-  if (capture) {  // the last hidden state is reported after the final norm, as transformers does
-    Tensor all = ws_.take(T, H);
-    ops_.rms_norm(all, x, final_norm_, eps);
-    capture_hidden(capture, all);
-  }
-  const int64_t R = int64_t(plan.logit_rows.size());
-  if (R == 0) return;
-  KCHECK(logits.rows == R && logits.cols == cfg_.vocab_size);
-  Tensor rows = ws_.take(R, H);
-  ops_.gather_rows(rows, x, plan.logit_rows);
-  ops_.rms_norm(rows, rows, final_norm_, eps);
-  ops_.matmul(logits, rows, lm_head_);
+  norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);
 }
 
 const ArchRegistrar kQwen{{

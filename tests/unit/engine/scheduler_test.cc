@@ -114,7 +114,9 @@ TEST_P(SchedulerTest, PrefixCacheReusesAndDoesNotChangeOutputs) {
   const bool hybrid = fm.model().config().count_layers(LayerKind::kLinearAttention) > 0;
   EXPECT_EQ(req->cached_tokens(), hybrid ? 256 : 272);
   EXPECT_EQ(got, alone(fm.model(), second, 8));
-  if (hybrid) EXPECT_NE(req->prefix_note().find("checkpoint"), std::string::npos) << req->prefix_note();
+  if (hybrid) {
+    EXPECT_NE(req->prefix_note().find("checkpoint"), std::string::npos) << req->prefix_note();
+  }
   EXPECT_GE(sched.metrics().prefix_hits, 1u);
 }
 

@@ -31,7 +31,8 @@ CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
   return c;
 }
 
-ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : ops_(ops), sizing_(sizing) {
+ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing)
+    : ops_(ops), sizing_(sizing), has_state_(cfg.has_sequence_state()) {
   const int L = cfg.n_layers;
   k_.resize(size_t(L));
   index_k_.resize(size_t(L));
@@ -50,7 +51,6 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
         if (cfg.window_for(l) > 0) {  // sliding: a ring of the window's blocks per sequence slot
           ring_rows_[size_t(l)] = ring_rows(cfg.window_for(l), sizing.block_size);
           layer_rows = int64_t(sizing.n_slots) * ring_rows_[size_t(l)];
-          has_state_ = true;
         }
         k_[size_t(l)] = ops.alloc(DType::kF32, layer_rows, kv_width);
         v_[size_t(l)] = ops.alloc(DType::kF32, layer_rows, kv_width);
@@ -60,7 +60,6 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing) : o
       }
       case LayerKind::kLinearAttention: {
         const auto& g = cfg.gdn;
-        has_state_ = true;
         conv_[size_t(l)] = ops.alloc(DType::kF32, sizing.n_slots, int64_t(g.conv_dim()) * (g.conv_kernel - 1));
         ssm_[size_t(l)] = ops.alloc(DType::kF32, sizing.n_slots, int64_t(g.n_v_heads) * g.k_head_dim * g.v_head_dim);
         break;

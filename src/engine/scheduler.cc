@@ -25,8 +25,7 @@ struct Scheduler::Seq {
 namespace {
 
 CacheSizing with_slots(const ModelConfig& cfg, CacheSizing sizing, const SchedulerConfig& sc) {
-  const bool has_state = cfg.count_layers(LayerKind::kLinearAttention) > 0;
-  sizing.n_slots = has_state ? sc.max_running + (sc.prefix_cache ? sc.max_checkpoints : 0) : 0;
+  sizing.n_slots = cfg.has_sequence_state() ? sc.max_running + (sc.prefix_cache ? sc.max_checkpoints : 0) : 0;
   return sizing;
 }
 
@@ -37,7 +36,7 @@ Scheduler::Scheduler(Model& model, CacheSizing sizing, SchedulerConfig config)
       slots_for_running_(config.max_running) {
   if (cfg_.max_running < 1 || cfg_.max_step_tokens < 1 || cfg_.prefill_chunk < 1)
     bad_input("scheduler: max_running, max_step_tokens and prefill_chunk must be positive");
-  const bool has_state = model.config().count_layers(LayerKind::kLinearAttention) > 0;
+  const bool has_state = model.config().has_sequence_state();
   if (cfg_.prefix_cache) {
     const int32_t bs = sizing.block_size;
     int32_t interval = std::max(cfg_.checkpoint_interval, 64);
@@ -122,12 +121,23 @@ void Scheduler::admit() {
   const int32_t bs = cache.sizing().block_size;
   while (!waiting_.empty() && int32_t(running_.size()) < cfg_.max_running) {
     Seq& s = *waiting_.front();
+    // With nothing running, nothing will free what this request lacks: refuse it rather than
+    // leave it (and everything queued behind it) waiting for ever.
+    const int64_t total_need = (int64_t(s.tokens.size()) + bs) / bs;
+    if (running_.empty() && ((cache.needs_slots() && cache.sizing().n_slots == 0) ||
+                             total_need > cache.sizing().n_blocks)) {
+      finish(s, FinishReason::kError,
+             cat("the request needs ", total_need, " KV blocks and a state slot but the cache has ",
+                 cache.sizing().n_blocks, " blocks and ", cache.sizing().n_slots, " slots"));
+      waiting_.pop_front();
+      continue;
+    }
     if (cache.needs_slots() && cache.free_slots() == 0) {
       if (!prefix_ || !prefix_->drop_oldest_checkpoint()) break;
     }
     PrefixMatch m;
     if (prefix_) m = prefix_->match(s.tokens);
-    const int64_t need = (int64_t(s.tokens.size()) + bs) / bs - int64_t(m.blocks.size());
+    const int64_t need = total_need - int64_t(m.blocks.size());
     if (need > cache.free_blocks()) {
       cache.release(m.blocks);
       break;  // wait for running sequences to finish (or be preempted)

@@ -28,6 +28,17 @@ int ModelConfig::kv_source(int l) const {
 
 int ModelConfig::window_for(int l) const { return layer_attn.empty() ? 0 : layer_attn[size_t(l)].window; }
 
+bool ModelConfig::has_sequence_state() const {
+  for (int l = 0; l < n_layers; ++l) {
+    if (layer_kinds[size_t(l)] == LayerKind::kLinearAttention) return true;
+    if (window_for(l) > 0 && kv_source(l) == l) return true;
+  }
+  for (int64_t n : layer_aux_state) {
+    if (n > 0) return true;
+  }
+  return token_context > 0;
+}
+
 bool ModelConfig::has_moe() const {
   for (bool m : layer_moe) {
     if (m) return true;

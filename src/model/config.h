@@ -134,6 +134,9 @@ struct ModelConfig {
   int64_t ffn_for(int l) const { return layer_ffn.empty() ? ffn_size : layer_ffn[size_t(l)]; }
   bool is_attention(int l) const { return layer_kinds[size_t(l)] != LayerKind::kLinearAttention; }
   bool has_moe() const;
+  // Whether a sequence needs a state slot: DeltaNet state, sliding-window rings of its own
+  // (not only shared ones), extra per-layer state or a token context.
+  bool has_sequence_state() const;
 };
 
 }  // namespace kestrel

@@ -49,6 +49,22 @@ ModelPreset qwen3(std::string name, int64_t H, int L, int heads, int kv, int64_t
           .mrope_section = {}, .vision = {}, .eos_ids = kQwen3Eos, .bos_id = 151643, .unconfirmed = ""};
 }
 
+// Gemma 4 (text weights; released as gemma4 with a vision tower, written here as gemma4_text).
+// name, H, L, period, window, heads, kv heads, full-layer KV heads (K = V when > 0), FFN, PLE width,
+// KV-shared layers, double-wide MLP there, experts, top-k, expert FFN
+ModelPreset gemma4(std::string name, int64_t H, int L, int period, int window, int heads, int kv, int global_kv,
+                   int64_t ffn, int ple, int kv_shared, bool double_wide, int experts, int top_k, int expert_ffn,
+                   std::string unconfirmed) {
+  return {.name = std::move(name), .family = PF::kGemma4, .hidden = H, .layers = L, .heads = heads, .kv_heads = kv,
+          .head_dim = 256, .ffn = ffn, .experts = experts, .top_k = top_k, .expert_ffn = expert_ffn,
+          .vocab = 262144, .ctx = window > 512 ? 262144 : 131072, .tied = true, .rope_theta = 1e6,
+          .mrope_section = {}, .vision = {},
+          .gemma = {.period = period, .window = window, .global_head_dim = 512,
+                    .global_kv_heads = global_kv > 0 ? global_kv : kv, .k_eq_v = global_kv > 0, .ple_dim = ple,
+                    .kv_shared = kv_shared, .double_wide = double_wide},
+          .eos_ids = {1, 106}, .bos_id = 2, .unconfirmed = std::move(unconfirmed)};
+}
+
 std::vector<ModelPreset> make_presets() {
   std::vector<ModelPreset> p;
   // name, H, L, q heads, kv heads, GDN value heads, FFN, tied, vision
@@ -70,6 +86,13 @@ std::vector<ModelPreset> make_presets() {
   p.push_back(qwen3("Qwen3-0.6B", 1024, 28, 16, 8, 3072, true));
   p.push_back(qwen3("Qwen3-8B", 4096, 36, 32, 8, 12288, false));
   p.push_back(qwen3("Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, false, 128, 8, 768));
+  // Gemma 4. Head sizes (256 sliding / 512 full), RoPE and eos ids follow the fixture configs and
+  // Gemma 3; they are not confirmed for every size.
+  const std::string gemma_unconfirmed = "head_dim, global_head_dim, rope_parameters, eos_token_id";
+  p.push_back(gemma4("Gemma4-E2B", 1536, 35, 5, 512, 8, 1, 0, 6144, 256, 20, true, 0, 0, 0, gemma_unconfirmed));
+  p.push_back(gemma4("Gemma4-E4B", 2560, 42, 6, 512, 8, 2, 0, 10240, 256, 18, false, 0, 0, 0, gemma_unconfirmed));
+  p.push_back(gemma4("Gemma4-26B-A4B", 2816, 30, 6, 1024, 16, 8, 2, 2112, 0, 0, false, 128, 8, 704, gemma_unconfirmed));
+  p.push_back(gemma4("Gemma4-31B", 5376, 60, 6, 1024, 32, 16, 4, 21504, 0, 0, false, 0, 0, 0, gemma_unconfirmed));
   // Tiny models for tests: two periods of the 3:1 hybrid pattern, hidden 64, vocab from --vocab.
   ModelPreset tiny{.name = "tiny-qwen3.5", .family = PF::kQwen35, .hidden = 64, .layers = 8, .heads = 4,
                    .kv_heads = 2, .head_dim = 64, .ffn = 128, .gdn_k_heads = 2, .gdn_v_heads = 4,
@@ -94,6 +117,23 @@ std::vector<ModelPreset> make_presets() {
   p.push_back({.name = "tiny-qwen3", .family = PF::kQwen3, .hidden = 64, .layers = 4, .heads = 4, .kv_heads = 2,
                .head_dim = 16, .ffn = 128, .ctx = 4096, .tied = true, .rope_theta = 1e6, .mrope_section = {},
                .vision = {}, .eos_ids = {}, .bos_id = -1, .unconfirmed = ""});
+  // Tiny Gemma 4: two periods of [sliding, sliding, full] (window 16) with per-layer embeddings
+  // and the last two layers sharing K/V (double-wide MLP there); the MoE variant has K = V on its
+  // full layers and the MoE block instead of per-layer embeddings.
+  ModelPreset tiny_gemma{.name = "tiny-gemma4", .family = PF::kGemma4, .hidden = 64, .layers = 6, .heads = 4,
+                         .kv_heads = 2, .head_dim = 16, .ffn = 128, .ctx = 4096, .tied = true, .rope_theta = 1e6,
+                         .mrope_section = {}, .vision = {},
+                         .gemma = {.period = 3, .window = 16, .global_head_dim = 32, .global_kv_heads = 2,
+                                   .k_eq_v = false, .ple_dim = 8, .kv_shared = 2, .double_wide = true},
+                         .eos_ids = {}, .bos_id = -1, .unconfirmed = ""};
+  p.push_back(tiny_gemma);
+  tiny_gemma.name = "tiny-gemma4-moe";
+  tiny_gemma.experts = 8;
+  tiny_gemma.top_k = 2;
+  tiny_gemma.expert_ffn = 32;
+  tiny_gemma.gemma = {.period = 3, .window = 16, .global_head_dim = 32, .global_kv_heads = 1, .k_eq_v = true,
+                      .ple_dim = 0, .kv_shared = 0, .double_wide = false};
+  p.push_back(tiny_gemma);
   return p;
 }
 
@@ -236,6 +276,55 @@ json flat_config(const ModelPreset& p, int64_t vocab) {
   return c;
 }
 
+json gemma4_config(const ModelPreset& p, int64_t vocab) {
+  const GemmaShape& g = p.gemma;
+  const bool tiny = p.vocab == 0;
+  json types = json::array();
+  for (int i = 0; i < p.layers; ++i) types.push_back((i + 1) % g.period == 0 ? "full_attention" : "sliding_attention");
+  json c = {{"architectures", {"Gemma4ForCausalLM"}},
+            {"attention_bias", false},
+            {"attention_dropout", 0.0},
+            {"attention_k_eq_v", g.k_eq_v},
+            {"bos_token_id", tiny ? json(nullptr) : json(p.bos_id)},
+            {"dtype", "bfloat16"},
+            {"enable_moe_block", p.experts > 0},
+            {"eos_token_id", tiny ? json(vocab - 1) : json(p.eos_ids)},
+            {"final_logit_softcapping", 30.0},
+            {"global_head_dim", g.global_head_dim},
+            {"head_dim", p.head_dim},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"hidden_size", p.hidden},
+            {"hidden_size_per_layer_input", g.ple_dim},
+            {"initializer_range", 0.02},
+            {"intermediate_size", p.ffn},
+            {"layer_types", types},
+            {"max_position_embeddings", p.ctx},
+            {"model_type", "gemma4_text"},
+            {"num_attention_heads", p.heads},
+            {"num_hidden_layers", p.layers},
+            {"num_key_value_heads", p.kv_heads},
+            {"num_kv_shared_layers", g.kv_shared},
+            {"pad_token_id", 0},
+            {"rms_norm_eps", 1e-6},
+            {"rope_parameters",
+             {{"full_attention", {{"partial_rotary_factor", 0.25}, {"rope_theta", p.rope_theta}, {"rope_type", "proportional"}}},
+              {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}}},
+            {"sliding_window", g.window},
+            {"tie_word_embeddings", p.tied},
+            {"transformers_version", "5.17.0"},
+            {"use_cache", true},
+            {"use_double_wide_mlp", g.double_wide},
+            {"vocab_size", vocab},
+            {"vocab_size_per_layer_input", vocab}};
+  if (g.k_eq_v) c["num_global_key_value_heads"] = g.global_kv_heads;
+  if (p.experts > 0) {
+    c["num_experts"] = p.experts;
+    c["top_k_experts"] = p.top_k;
+    c["moe_intermediate_size"] = p.expert_ffn;
+  }
+  return c;
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -259,6 +348,7 @@ const char* preset_model_type(PresetFamily family) {
     case PF::kQwen3Next: return "qwen3_next";
     case PF::kQwen35: return "qwen3_5";
     case PF::kQwen35Moe: return "qwen3_5_moe";
+    case PF::kGemma4: return "gemma4_text";
   }
   return "?";
 }
@@ -266,20 +356,22 @@ const char* preset_model_type(PresetFamily family) {
 json preset_config(const ModelPreset& p, int64_t vocab) {
   if (p.vocab) vocab = p.vocab;
   if (p.family == PF::kQwen35 || p.family == PF::kQwen35Moe) return qwen35_config(p, vocab);
+  if (p.family == PF::kGemma4) return gemma4_config(p, vocab);
   return flat_config(p, vocab);
 }
 
 json preset_generation_config(const ModelPreset& p, int64_t vocab) {
   if (p.vocab) vocab = p.vocab;
-  json g = {{"do_sample", true}, {"temperature", 0.6}, {"top_k", 20}, {"top_p", 0.95},
-            {"transformers_version", "4.57.0.dev0"}};
+  const bool gemma = p.family == PF::kGemma4;
+  json g = {{"do_sample", true}, {"temperature", gemma ? 1.0 : 0.6}, {"top_k", gemma ? 64 : 20}, {"top_p", 0.95},
+            {"transformers_version", gemma ? "5.17.0" : "4.57.0.dev0"}};
   if (p.vocab == 0) {
     g["eos_token_id"] = vocab - 1;
     return g;
   }
   g["bos_token_id"] = p.bos_id;
   g["eos_token_id"] = p.eos_ids;
-  g["pad_token_id"] = p.eos_ids.back();
+  g["pad_token_id"] = gemma ? 0 : p.eos_ids.back();
   return g;
 }
 

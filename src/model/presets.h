@@ -16,10 +16,23 @@ enum class PresetFamily : uint8_t {
   kQwen3Next,  // qwen3_next: hybrid, MoE + shared expert, fused in_proj_qkvz / in_proj_ba
   kQwen35,     // qwen3_5: hybrid dense, multimodal wrapper (text under text_config)
   kQwen35Moe,  // qwen3_5_moe: hybrid MoE, multimodal wrapper
+  kGemma4,     // gemma4_text: sliding/full attention, per-layer embeddings, KV sharing, MoE block
 };
 
 struct VisionShape {  // the vision_config block of a multimodal config (no tower is written)
   int depth = 0, hidden = 0, heads = 0, ffn = 0;
+};
+
+// Gemma 4's extra geometry (the layer pattern is `period - 1` sliding layers, then one full layer).
+struct GemmaShape {
+  int period = 0;                 // 0: not a Gemma preset
+  int window = 0;                 // sliding window
+  int global_head_dim = 0;        // full layers' head size
+  int global_kv_heads = 0;        // full layers' KV heads (with k_eq_v)
+  bool k_eq_v = false;            // full layers use K as V
+  int ple_dim = 0;                // hidden_size_per_layer_input (0: no per-layer embeddings)
+  int kv_shared = 0;              // num_kv_shared_layers
+  bool double_wide = false;       // KV-shared layers have a double-width MLP
 };
 
 struct ModelPreset {
@@ -37,6 +50,7 @@ struct ModelPreset {
   double rope_theta = 1e7;
   std::vector<int> mrope_section;  // Qwen3.5: [11, 11, 10]
   VisionShape vision;
+  GemmaShape gemma;
   std::vector<int> eos_ids;        // generation_config eos (empty on tiny presets: vocab - 1)
   int bos_id = -1;
   std::string unconfirmed;         // fields not independently confirmed, for docs and --list

@@ -225,6 +225,74 @@ std::vector<TensorSpec> qwen_tensor_specs(const ModelConfig& cfg) {
   return s;
 }
 
+std::vector<TensorSpec> gemma4_tensor_specs(const ModelConfig& cfg) {
+  const std::string& Pfx = cfg.weight_prefix;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, P = cfg.per_layer_input_dim, L = cfg.n_layers;
+  std::vector<TensorSpec> s;
+  // std 1/sqrt(fan_in), fan_in = the last dimension (also for stacked [E, rows, cols] experts)
+  auto mat = [&](const std::string& name, std::vector<int64_t> shape) {
+    const double fan_in = double(shape.back());
+    s.push_back({.name = name, .shape = std::move(shape), .init = InitKind::kNormal,
+                 .scale = float(1.0 / std::sqrt(fan_in))});
+  };
+  auto norm = [&](const std::string& name, int64_t n) {  // Gemma 4 norms are x * w: identity 1
+    s.push_back({.name = name, .shape = {n}, .init = InitKind::kNorm, .scale = 1.0f});
+  };
+  mat(Pfx + "embed_tokens.weight", {V, H});  // scaled by sqrt(H) at lookup: O(1) activations
+  if (P > 0) {
+    // L groups of P per token, each scaled by sqrt(P) at lookup: std 1/sqrt(P) gives O(1)
+    s.push_back({.name = Pfx + "embed_tokens_per_layer.weight", .shape = {cfg.per_layer_vocab, L * P},
+                 .init = InitKind::kNormal, .scale = float(1.0 / std::sqrt(double(P)))});
+    mat(Pfx + "per_layer_model_projection.weight", {L * P, H});
+    norm(Pfx + "per_layer_projection_norm.weight", P);
+  }
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const std::string p = Pfx + "layers." + std::to_string(l) + ".";
+    const AttentionConfig& a = cfg.attn_for(l);
+    const int64_t hd = a.head_dim, qw = int64_t(a.n_heads) * hd, kvw = int64_t(a.n_kv_heads) * hd;
+    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                          "post_feedforward_layernorm"})
+      norm(p + n + ".weight", H);
+    mat(p + "self_attn.q_proj.weight", {qw, H});
+    norm(p + "self_attn.q_norm.weight", hd);
+    mat(p + "self_attn.o_proj.weight", {H, qw});
+    if (cfg.kv_source(l) == l) {
+      mat(p + "self_attn.k_proj.weight", {kvw, H});
+      if (!a.k_eq_v) mat(p + "self_attn.v_proj.weight", {kvw, H});
+      norm(p + "self_attn.k_norm.weight", hd);
+    }
+    const int64_t F = cfg.ffn_for(l);
+    mat(p + "mlp.gate_proj.weight", {F, H});
+    mat(p + "mlp.up_proj.weight", {F, H});
+    mat(p + "mlp.down_proj.weight", {H, F});
+    if (cfg.layer_moe[size_t(l)]) {
+      const int64_t E = cfg.moe.n_experts, EF = cfg.moe.expert_ffn;
+      mat(p + "router.proj.weight", {E, H});
+      norm(p + "router.scale", H);
+      norm(p + "router.per_expert_scale", E);
+      mat(p + "experts.gate_up_proj", {E, 2 * EF, H});
+      mat(p + "experts.down_proj", {E, H, EF});
+      for (const char* n : {"post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"})
+        norm(p + n + ".weight", H);
+    }
+    if (P > 0) {
+      mat(p + "per_layer_input_gate.weight", {P, H});
+      mat(p + "per_layer_projection.weight", {H, P});
+      norm(p + "post_per_layer_input_norm.weight", H);
+    }
+    norm(p + "layer_scalar", 1);
+  }
+  norm(Pfx + "norm.weight", H);
+  if (!cfg.tie_embeddings) mat("lm_head.weight", {V, H});
+  return s;
+}
+
+std::vector<TensorSpec> preset_tensor_specs(const ModelConfig& cfg) {
+  if (cfg.arch == "qwen") return qwen_tensor_specs(cfg);
+  if (cfg.arch == "gemma4") return gemma4_tensor_specs(cfg);
+  unsupported("random-model does not write ", cfg.model_type, " checkpoints (qwen3*, qwen3_5*, gemma4_text)");
+}
+
 namespace {
 
 // The preset's config.json, parsed by the architecture that owns it (so random-model writes
@@ -241,7 +309,7 @@ ModelConfig preset_model_config(const ModelPreset& preset, const nlohmann::json&
 uint64_t preset_parameter_count(const std::string& like, int64_t vocab) {
   const ModelPreset& preset = find_preset(like);
   uint64_t n = 0;
-  for (const auto& sp : qwen_tensor_specs(preset_model_config(preset, preset_config(preset, vocab))))
+  for (const auto& sp : preset_tensor_specs(preset_model_config(preset, preset_config(preset, vocab))))
     n += uint64_t(numel(sp.shape));
   return n;
 }
@@ -253,7 +321,7 @@ RandomModelReport write_random_model(const RandomModelParams& params) {
   if (params.max_shard_bytes == 0) bad_input("the maximum shard size must be positive");
   const nlohmann::json config = preset_config(preset, params.vocab);
   const ModelConfig cfg = preset_model_config(preset, config);
-  const std::vector<TensorSpec> specs = qwen_tensor_specs(cfg);
+  const std::vector<TensorSpec> specs = preset_tensor_specs(cfg);
   const std::vector<Shard> shards = plan_shards(specs, params.max_shard_bytes);
 
   RandomModelReport report;

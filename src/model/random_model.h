@@ -57,5 +57,9 @@ struct TensorSpec {
 
 // Every text tensor the model needs, in checkpoint order, for a config the qwen parser accepted.
 std::vector<TensorSpec> qwen_tensor_specs(const ModelConfig& cfg);
+// The same for a config the gemma4 parser accepted.
+std::vector<TensorSpec> gemma4_tensor_specs(const ModelConfig& cfg);
+// Either of the above by the config's architecture; Error for architectures random-model cannot write.
+std::vector<TensorSpec> preset_tensor_specs(const ModelConfig& cfg);
 
 }  // namespace kestrel

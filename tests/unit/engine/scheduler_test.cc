@@ -109,9 +109,9 @@ TEST_P(SchedulerTest, PrefixCacheReusesAndDoesNotChangeOutputs) {
   run_to_end(sched, sched.submit(base, {.max_tokens = 4, .ignore_eos = true}));
   auto req = sched.submit(second, {.max_tokens = 8, .ignore_eos = true});
   auto got = run_to_end(sched, req);
-  // Both kinds reuse 256 tokens: for attention-only models every full block up to 280 (272 would
-  // be possible, 17 blocks), for hybrid models the last state checkpoint (256).
-  const bool hybrid = fm.model().config().count_layers(LayerKind::kLinearAttention) > 0;
+  // Attention-only models reuse every full block up to 280 (272 tokens, 17 blocks); models with
+  // per-sequence state (DeltaNet, sliding-window rings) resume from the last state checkpoint (256).
+  const bool hybrid = fm.model().config().has_sequence_state();
   EXPECT_EQ(req->cached_tokens(), hybrid ? 256 : 272);
   EXPECT_EQ(got, alone(fm.model(), second, 8));
   if (hybrid) {
@@ -147,7 +147,7 @@ TEST_P(SchedulerTest, RefusesRequestsThatCanNeverRun) {
   EXPECT_THROW(sched.submit(std::vector<int32_t>(200, 1), {.max_tokens = 1}), Error);  // > 128 tokens of cache
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, SchedulerTest, ::testing::Values("qwen3", "qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, SchedulerTest, ::testing::Values("qwen3", "qwen3_5_moe", "gemma4_text_kvshared"));
 
 }  // namespace
 }  // namespace kestrel

@@ -93,7 +93,8 @@ TEST_P(RandomModelTest, TinyPresetLoadsAndRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, RandomModelTest,
-                         ::testing::Values("tiny-qwen3.5", "tiny-qwen3.5-moe", "tiny-qwen3-next", "tiny-qwen3"),
+                         ::testing::Values("tiny-qwen3.5", "tiny-qwen3.5-moe", "tiny-qwen3-next", "tiny-qwen3",
+                                           "tiny-gemma4", "tiny-gemma4-moe"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = std::isalnum((unsigned char)c) ? c : '_';
@@ -209,6 +210,36 @@ TEST(RandomModelConfig, Qwen35_0_8B_ConfigParses) {
   EXPECT_EQ(c.eos_token_ids, (std::vector<int>{248046, 248044}));
 }
 
+TEST(RandomModelConfig, Gemma4PresetsParseWithTheirLayerGeometry) {
+  auto parse = [](const std::string& name) {
+    nlohmann::json j = preset_config(find_preset(name), 0);
+    return find_architecture(j["model_type"])->parse_config(j, name);
+  };
+  ModelConfig e2b = parse("gemma4-e2b");
+  EXPECT_EQ(e2b.arch, "gemma4");
+  EXPECT_EQ(e2b.n_layers, 35);
+  EXPECT_EQ(e2b.count_layers(LayerKind::kFullAttention), 7);  // 4 sliding : 1 full
+  EXPECT_EQ(e2b.layer_kinds[4], LayerKind::kFullAttention);
+  EXPECT_EQ(e2b.window_for(0), 512);
+  EXPECT_EQ(e2b.attn_for(0).head_dim, 256);
+  EXPECT_EQ(e2b.attn_for(4).head_dim, 512);
+  EXPECT_EQ(e2b.per_layer_input_dim, 256);
+  EXPECT_EQ(e2b.kv_source(34), 14) << "the last full layer before the 20 shared ones";
+  EXPECT_EQ(e2b.kv_source(33), 13) << "the last sliding layer before the shared ones";
+  EXPECT_EQ(e2b.ffn_for(0), 6144);
+  EXPECT_EQ(e2b.ffn_for(20), 12288) << "double-wide MLP on KV-shared layers";
+  EXPECT_FLOAT_EQ(e2b.final_logit_softcap, 30.0f);
+  ModelConfig moe = parse("gemma4-26b-a4b");
+  EXPECT_EQ(moe.moe.n_experts, 128);
+  EXPECT_EQ(moe.moe.top_k, 8);
+  EXPECT_EQ(moe.moe.expert_ffn, 704);
+  EXPECT_TRUE(moe.layer_moe[0]);
+  EXPECT_TRUE(moe.attn_for(5).k_eq_v);
+  EXPECT_EQ(moe.attn_for(5).n_kv_heads, 2);
+  EXPECT_EQ(moe.attn_for(0).n_kv_heads, 8);
+  EXPECT_EQ(moe.per_layer_input_dim, 0);
+}
+
 // Every released preset parses, and its text-weight count is the published size (within the
 // share the vision tower and MTP layer take, which random-model does not write).
 TEST(RandomModelConfig, EveryPresetParsesWithPlausibleSize) {
@@ -217,13 +248,17 @@ TEST(RandomModelConfig, EveryPresetParsesWithPlausibleSize) {
       {"Qwen3.5-9B", {8.5, 9.8}},        {"Qwen3.5-27B", {25.5, 27.5}},      {"Qwen3.5-35B-A3B", {33.0, 36.0}},
       {"Qwen3.5-122B-A10B", {118, 125}}, {"Qwen3.5-397B-A17B", {390, 400}},  {"Qwen3-Next-80B-A3B", {78, 82}},
       {"Qwen3-0.6B", {0.55, 0.65}},      {"Qwen3-8B", {7.9, 8.4}},           {"Qwen3-30B-A3B", {30, 31}},
+      // Gemma 4: published totals 25.2B and 30.7B; E2B/E4B's published totals (5.1B, 8B) include
+      // vision and audio towers, which random-model does not write.
+      {"Gemma4-26B-A4B", {24.8, 25.6}},  {"Gemma4-31B", {30.3, 31.1}},       {"Gemma4-E2B", {4.3, 5.1}},
+      {"Gemma4-E4B", {7.0, 8.0}},
   };
   for (const auto& p : model_presets()) {
     nlohmann::json cfg_json = preset_config(p, 512);
     ModelConfig cfg;
     ASSERT_NO_THROW(cfg = find_architecture(cfg_json["model_type"])->parse_config(cfg_json, p.name)) << p.name;
     uint64_t n = 0;
-    for (const auto& t : qwen_tensor_specs(cfg)) {
+    for (const auto& t : preset_tensor_specs(cfg)) {
       uint64_t e = 1;
       for (int64_t d : t.shape) e *= uint64_t(d);
       n += e;

@@ -22,6 +22,7 @@
 #include "core/thread_pool.h"
 #include "engine/runner.h"
 #include "model/loader.h"
+#include "ops/profiling_ops.h"
 
 namespace kestrel::cli {
 namespace {
@@ -73,6 +74,38 @@ Stats summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
+// The profile of the steps recorded since the last clear(): device (or, on the CPU, wall) time
+// per step by phase and by op, and the time between ops (host work the device waited for).
+nlohmann::json print_profile(const std::string& test, int64_t batch, const OpProfile& p) {
+  const double steps = double(std::max<int64_t>(p.steps, 1));
+  auto ms = [&](double s) { return 1e3 * s / steps; };
+  std::printf("  profile of %s, batch %ld: %ld steps, %.3f ms per step\n", test.c_str(), long(batch), long(p.steps),
+              ms(p.span));
+  nlohmann::json phases = nlohmann::json::object(), ops = nlohmann::json::object();
+  for (int i = 0; i < kNumPhases; ++i) {
+    const auto& r = p.by_phase[i];
+    if (r.calls == 0) continue;
+    std::printf("    %-12s %9.3f ms %6.1f%%  %7.1f ops/step\n", phase_name(Phase(i)), ms(r.seconds),
+                100.0 * r.seconds / p.span, double(r.calls) / steps);
+    phases[phase_name(Phase(i))] = {{"ms_per_step", ms(r.seconds)}, {"ops_per_step", double(r.calls) / steps}};
+  }
+  const double between = std::max(0.0, p.span - p.in_ops);
+  std::printf("    %-12s %9.3f ms %6.1f%%  (host work and launch gaps)\n", "between ops", ms(between),
+              100.0 * between / p.span);
+  std::vector<std::pair<std::string, OpProfile::Row>> by_op(p.by_op.begin(), p.by_op.end());
+  std::sort(by_op.begin(), by_op.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::printf("    ops:");
+  for (size_t i = 0; i < by_op.size(); ++i) {
+    const auto& [name, r] = by_op[i];
+    ops[name] = {{"ms_per_step", ms(r.seconds)}, {"calls_per_step", double(r.calls) / steps}};
+    if (i < 8) std::printf(" %s %.3f ms (%.0f%%)%s", name.c_str(), ms(r.seconds), 100.0 * r.seconds / p.span,
+                           i + 1 < std::min<size_t>(8, by_op.size()) ? "," : "");
+  }
+  std::printf("\n");
+  return {{"steps", p.steps}, {"ms_per_step", ms(p.span)}, {"between_ops_ms_per_step", ms(between)},
+          {"phases", phases}, {"ops", ops}};
+}
+
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> d(0, int32_t(vocab - 1));
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -99,11 +132,18 @@ int bench_cmd(const Args& args) {
   check_list(batches, "-b", 1, 4096);
   check_list(depths, "-d", 0, 1 << 20);
 
-  auto ops = make_backend(args.get("device", "cpu"));
+  auto backend = make_backend(args.get("device", "cpu"));
+  const bool profile = args.flag("profile");
+  std::unique_ptr<ProfilingOps> profiler;
+  Ops* ops = backend.get();
+  if (profile) {
+    profiler = std::make_unique<ProfilingOps>(*backend);
+    ops = profiler.get();
+  }
   LoadedModel lm = load_model(dir, *ops);
   const ModelConfig& cfg = lm.config();
   const double copy_bw =
-      ops->device() == Device::kCpu ? measure_copy_bandwidth() : measure_device_copy_bandwidth(*ops);
+      ops->device() == Device::kCpu ? measure_copy_bandwidth() : measure_device_copy_bandwidth(*backend);
   const CacheCosts costs = cache_costs(cfg, 16);
   std::mt19937 rng(1234);
 
@@ -114,6 +154,27 @@ int bench_cmd(const Args& args) {
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n\n", copy_bw / 1e9);
   std::printf("%-14s %6s %12s %12s %12s %10s %9s\n", "test", "batch", "t/s", "min t/s", "max t/s", "GB/s", "roofline");
 
+  struct Profiled {
+    std::string test;
+    int64_t batch;
+    OpProfile profile;
+  };
+  std::vector<Profiled> profiled;  // printed after the table
+  // Runs of a test: `reps` timed after one warm-up, then (with --profile) one recorded.
+  const int runs = reps + 1 + (profile ? 1 : 0);
+  auto recording = [&](int r) {
+    const bool on = profile && r == reps + 1;
+    if (on) {
+      profiler->clear();
+      profiler->set_recording(true);
+    }
+    return on;
+  };
+  auto finish_recording = [&](const std::string& test, int64_t batch) {
+    profiler->set_recording(false);
+    profiler->collect();
+    profiled.push_back({test, batch, profiler->profile()});
+  };
   auto report = [&](const std::string& test, int64_t batch, int64_t depth, std::vector<double> tps, double bytes_per_step,
                     double steps_per_sec_factor) {
     Stats s = summarize(tps);
@@ -130,18 +191,20 @@ int bench_cmd(const Args& args) {
   for (int64_t P : pps) {
     if (P == 0) continue;
     std::vector<double> tps;
-    for (int r = 0; r < reps + 1; ++r) {  // the first run warms up
+    for (int r = 0; r < runs; ++r) {  // the first run warms up
       Runner runner(*lm.model, cpu_cache_sizing(cfg, 1, P));
       SequenceState seq;
       runner.start(seq);
       auto prompt = random_tokens(P, cfg.vocab_size, rng);
+      const bool rec = recording(r);
       auto t = clock_type::now();
       for (int64_t b = 0; b < P; b += chunk) {
         const int64_t n = std::min<int64_t>(chunk, P - b);
         runner.step({{.seq = &seq, .tokens = std::span<const int32_t>(prompt.data() + b, size_t(n)),
                       .no_logits = b + n < P}});
       }
-      if (r > 0) tps.push_back(double(P) / seconds_since(t));
+      if (rec) finish_recording("pp" + std::to_string(P), 1);
+      else if (r > 0) tps.push_back(double(P) / seconds_since(t));
     }
     // prefill streams the weights once per chunk
     const double steps = double((P + chunk - 1) / chunk);
@@ -152,7 +215,8 @@ int bench_cmd(const Args& args) {
     for (int64_t B : batches) {
       for (int64_t D : depths) {
         std::vector<double> tps;
-        for (int r = 0; r < reps + 1; ++r) {
+        const std::string name = "tg" + std::to_string(N) + (D ? "@d" + std::to_string(D) : "");
+        for (int r = 0; r < runs; ++r) {
           Runner runner(*lm.model, cpu_cache_sizing(cfg, int32_t(B), D + N + 1));
           std::vector<SequenceState> seqs(static_cast<size_t>(B));
           std::vector<std::vector<int32_t>> last(static_cast<size_t>(B));
@@ -168,6 +232,7 @@ int bench_cmd(const Args& args) {
             }
           }
           for (auto& l : last) l = random_tokens(1, cfg.vocab_size, rng);
+          const bool rec = recording(r);
           auto t = clock_type::now();
           for (int64_t i = 0; i < N; ++i) {
             std::vector<StepItem> items;
@@ -178,15 +243,25 @@ int bench_cmd(const Args& args) {
               last[size_t(b)][0] = int32_t(std::max_element(row, row + cfg.vocab_size) - row);
             }
           }
-          if (r > 0) tps.push_back(double(N * B) / seconds_since(t));
+          if (rec) finish_recording(name, B);
+          else if (r > 0) tps.push_back(double(N * B) / seconds_since(t));
         }
         // per step: all weights once, plus each sequence's KV (depth + N/2 on average) and state
         const double kv = double(costs.bytes_per_block) / 16.0 * double(D + N / 2) * double(B);
         const double state = 2.0 * double(costs.bytes_per_slot) * double(B);
-        const std::string name = "tg" + std::to_string(N) + (D ? "@d" + std::to_string(D) : "");
         report(name, B, D, tps, double(lm.model->weight_bytes()) + kv + state, double(B));
       }
     }
+  }
+
+  nlohmann::json profiles = nlohmann::json::array();
+  if (!profiled.empty()) std::printf("\nphase profile (%s time per step, one recorded run after the timed ones):\n",
+                                     ops->device() == Device::kCpu ? "wall" : "device");
+  for (const auto& p : profiled) {
+    nlohmann::json j = print_profile(p.test, p.batch, p.profile);
+    j["test"] = p.test;
+    j["batch"] = p.batch;
+    profiles.push_back(j);
   }
 
   char date[32];
@@ -196,6 +271,7 @@ int bench_cmd(const Args& args) {
                         {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
                         {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},
                         {"date", date}, {"command", args.get("command-line", "")}, {"results", results}};
+  if (profile) doc["profiles"] = profiles;
   const std::string out = args.get("json", "");
   if (!out.empty()) {
     write_file_atomic(out, doc.dump(1) + "\n");
@@ -207,11 +283,13 @@ int bench_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "bench",
     .summary = "measure prompt processing and token generation speed",
-    .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--json FILE]",
+    .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step) against the measured\n"
-               "copy bandwidth of the device.",
+               "copy bandwidth of the device. --profile adds one recorded run of each test and prints its\n"
+               "time per step by phase (embedding, attention, deltanet, mlp/moe, head, other) and by op, and\n"
+               "the time between ops (host work the device waited for); device events time it on the GPU.",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"p", "p", "LIST", "prompt lengths for pp tests (0 = none)", "512"},
                 {"n", "n", "LIST", "tokens per tg test (0 = none)", "128"},
@@ -220,6 +298,7 @@ const Registrar kReg{{
                 {"r", "r", "N", "repetitions", "3"},
                 {"chunk", "", "N", "prefill tokens per step", "512"},
                 {"json", "", "FILE", "also write the results as JSON"},
+                {"profile", "", "", "print a phase profile of each test (one extra recorded run)"},
                 {"command-line", "", "TEXT", "command recorded in the JSON"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"}},

@@ -11,6 +11,7 @@ void Model::capture_hidden(HiddenCapture* capture, const Tensor& x) {
 
 void Model::norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& final_norm, const Tensor& lm_head,
                           const Tensor& logits, HiddenCapture* capture) {
+  PhaseScope phase(ops_, Phase::kHead);
   const int64_t T = x.rows, H = x.cols;
   if (capture) {
     Tensor all = ws_.take(T, H);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
@@ -64,6 +65,22 @@ struct ExpertWeights {
   Tensor expert_scale;  // F32 [1, E] or empty: routing weight of expert e multiplied by expert_scale[e]
 };
 
+// The part of the forward pass an op belongs to, for profiles. The model code marks it with a
+// PhaseScope; ops outside any mark count as kOther.
+enum class Phase : uint8_t { kEmbed, kAttention, kDeltaNet, kFfn, kHead, kOther };
+inline constexpr int kNumPhases = 6;
+const char* phase_name(Phase p);
+
+// Points on a backend's own clock, for timing its ops: the CPU's steady clock (its ops run
+// synchronously), device events on the CUDA stream.
+class OpTimer {
+ public:
+  virtual ~OpTimer() = default;
+  virtual int mark() = 0;  // records a point after everything queued so far; returns its index
+  // Waits for every mark, returns each one's time in seconds after the first, and forgets them.
+  virtual std::vector<double> take() = 0;
+};
+
 // Ops that only some backends implement have a default that refuses by name, so a model that
 // needs one fails clearly ("the cuda backend does not implement op 'qsa_select'") rather than
 // computing something else.
@@ -72,6 +89,11 @@ class Ops {
   virtual ~Ops() = default;
   virtual Device device() const = 0;
   virtual const char* name() const = 0;
+  // A timer on this backend's clock (default: the host's steady clock).
+  virtual std::unique_ptr<OpTimer> make_timer();
+  // The phase the next ops belong to (see PhaseScope); only profiles read it.
+  void set_phase(Phase p) { phase_ = p; }
+  Phase phase() const { return phase_; }
 
   // ---- memory ----
   virtual Buffer alloc(DType dtype, int64_t rows, int64_t cols) = 0;  // zero-filled
@@ -196,10 +218,24 @@ class Ops {
   virtual void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts) = 0;
  protected:
+  Phase phase_ = Phase::kOther;
   [[noreturn]] void refuse(const char* op) const {
     unsupported("the ", name(), " backend does not implement op '", op,
                 "' (needed by this model architecture); run it with --device cpu");
   }
+};
+
+// Marks the ops of a scope as one phase of the forward pass, restoring the previous on exit.
+class PhaseScope {
+ public:
+  PhaseScope(Ops& ops, Phase p) : ops_(ops), prev_(ops.phase()) { ops.set_phase(p); }
+  ~PhaseScope() { ops_.set_phase(prev_); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  Ops& ops_;
+  Phase prev_;
 };
 
 }  // namespace kestrel

@@ -50,7 +50,7 @@ TEST_F(GpuTest, MatmulPrecisions) {
                  Mode{MatmulPrecision::kBf16x3, 1e-5}, Mode{MatmulPrecision::kExact, 1e-5}}) {
     static_cast<CudaOps&>(gpu()).set_matmul_precision(m.p);
     double worst = 0;
-    for (int T : {9, 64, 200}) {
+    for (int T : {9, 64, 200, 256, 257}) {  // stacked terms up to 256 rows, one GEMM per term past it
       for (int K : {64, 100, 1024}) {
         for (int N : {1, 32, 257, 1000}) {
           Buffer x = random(T, K), w = random(DType::kBF16, N, K, 0.05f);
@@ -64,6 +64,34 @@ TEST_F(GpuTest, MatmulPrecisions) {
   }
 }
 #endif
+
+// A row's result from the GEMV kernels does not depend on how many rows (1..8) share the
+// launch: batched decode gives the bits of decoding alone. K spans several shared-memory tiles and a partial one.
+TEST_F(GpuTest, MatmulGemvRowsAreBitIdenticalToAlone) {
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (int64_t K : {64, 1024, 2056, 4096 + 8}) {
+      const int64_t N = 300;
+      const int T = 8;
+      Buffer x = random(T, K), w = random(dt, N, K, 0.05f);
+      Buffer dx = up(x), dw = up(w);
+      std::vector<std::vector<float>> alone(T);
+      for (int r = 0; r < T; ++r) {
+        Buffer o = gpu().alloc(DType::kF32, 1, N);
+        gpu().matmul(o, dx.view().rows_slice(r, 1), dw);
+        alone[size_t(r)] = down(o);
+      }
+      for (int rows = 2; rows <= T; ++rows) {
+        Buffer o = gpu().alloc(DType::kF32, rows, N);
+        gpu().matmul(o, dx.view().rows_slice(0, rows), dw);
+        const std::vector<float> got = down(o);
+        for (int r = 0; r < rows; ++r)
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(got[size_t(r * N + n)], alone[size_t(r)][size_t(n)])
+                << dtype_name(dt) << " K=" << K << " rows=" << rows << " row " << r << " col " << n;
+      }
+    }
+  }
+}
 
 TEST_F(GpuTest, MatmulRowSliceInputs) {
   // Views at row offsets (unaligned for odd K) must take the scalar path and stay correct.

@@ -77,7 +77,8 @@ enum ScratchSlot : int {
   kSlotMoeHidden = 2,   // [T*k, F] expert hidden activations
   kSlotMoePartial = 3,  // [T*k, H] weighted expert outputs
   kSlotAttnPartial = 4, // split-KV attention partial results
-  kNumSlots = 5,
+  kSlotMatmulPartial = 5,  // per-term products of a stacked split matmul
+  kNumSlots = 6,
 };
 
 // Checks that begin_step ran with this plan.

@@ -124,6 +124,46 @@ CudaOps::~CudaOps() {
 
 const cuda::Context& CudaOps::ctx() const { return impl_->ctx; }
 
+namespace {
+
+// Events on the stream: a mark is the moment the device reaches it.
+class EventTimer final : public OpTimer {
+ public:
+  explicit EventTimer(cudaStream_t stream) : stream_(stream) {}
+  ~EventTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[used_], stream_));
+    return int(used_++);
+  }
+  std::vector<double> take() override {
+    std::vector<double> t(used_, 0.0);
+    if (used_ > 0) CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    for (size_t i = 1; i < used_; ++i) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[0], events_[i]));
+      t[i] = double(ms) / 1e3;
+    }
+    used_ = 0;
+    return t;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<OpTimer> CudaOps::make_timer() { return std::make_unique<EventTimer>(impl_->ctx.stream); }
+
 void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream)); }
 
 void CudaOps::set_matmul_precision(MatmulPrecision p) { impl_->ctx.matmul_precision = p; }

@@ -1,15 +1,16 @@
 // matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32, F32 out.
 //
 // Two paths:
-//  - small T (decode, T <= kGemvMaxRows), F16 weights, and MatmulPrecision::kExact: a GEMV
-//    kernel, one warp per output column, F32 activations times the weights as stored, F32
-//    accumulation. It reads each weight row once per group of up to 8 rows, which is what
-//    decode is bound by.
+//  - small T (decode, T <= kGemvMaxRows), F16 weights, and MatmulPrecision::kExact: GEMV
+//    kernels, each warp four output columns, F32 activations times the weights as stored, F32
+//    accumulation. They read each weight row once per group of up to 8 rows (staged in shared
+//    memory), which is what decode is bound by, and give every row the same bits as alone.
 //  - BF16 weights and larger T (prefill): cuBLAS on the tensor cores, BF16 x BF16 with F32
 //    accumulation and output. The weights are exact in BF16; the activations are split into
 //    BF16 terms t1 = bf16(x), t2 = bf16(x - t1), t3 = bf16(x - t1 - t2) and multiplied once per
 //    term (out = w.t1 + w.t2 + w.t3). With 3 terms (the default) the inputs are as exact as F32;
-//    1 term is plain BF16 activations. See docs/cuda.md for what each costs in parity and time.
+//    1 term is plain BF16 activations. Up to 256 rows the terms are stacked into one GEMM (the
+//    weights read once); beyond, one GEMM per term. See docs/cuda.md for what each costs in parity and time.
 //    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
 #include "backend/cuda/device_util.cuh"
 
@@ -54,13 +55,71 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
   }
 }
 
+// R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
+// memory a tile of kGemvTileK columns at a time, and each warp computes kGemv1Cols columns for all
+// R rows from one read of their weights. Each lane visits k in the same order as gemv1_kernel and
+// sums the same expression, so a row's result is bit-identical to computing it alone.
+// grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
+constexpr int kGemvTileK = 1024;
+template <typename W, int R>
+__global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
+                                 const float* __restrict__ x,  // [R, K]
+                                 const W* __restrict__ w,      // [N, K]
+                                 int64_t K, int64_t N) {
+  __shared__ __align__(16) float xs[R * kGemvTileK];
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
+  const W* wr[kGemv1Cols];
+#pragma unroll
+  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // tail: read, drop
+  float acc[R][kGemv1Cols];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < kGemv1Cols; ++c) acc[r][c] = 0.0f;
+  for (int64_t kt = 0; kt < K; kt += kGemvTileK) {
+    const int len = int(K - kt < kGemvTileK ? K - kt : kGemvTileK);  // a multiple of 8
+    __syncthreads();  // the previous tile is no longer read
+    for (int i = threadIdx.x * 4; i < R * len; i += blockDim.x * 4) {
+      const int r = i / len, k = i - r * len;  // len % 4 == 0: a float4 never crosses rows
+      *reinterpret_cast<float4*>(xs + r * kGemvTileK + k) = *reinterpret_cast<const float4*>(x + r * K + kt + k);
+    }
+    __syncthreads();
+    if (n0 >= N) continue;
+#pragma unroll 2
+    for (int k = lane * 8; k < len; k += 256) {
+      float wf[kGemv1Cols][8];
+#pragma unroll
+      for (int c = 0; c < kGemv1Cols; ++c) load8(wr[c] + kt + k, wf[c]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 a = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k);
+        const float4 b = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k + 4);
+#pragma unroll
+        for (int c = 0; c < kGemv1Cols; ++c)
+          acc[r][c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
+                       b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+      }
+    }
+  }
+  if (n0 >= N) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int c = 0; c < kGemv1Cols; ++c) {
+      const float sum = warp_sum(acc[r][c]);
+      if (lane == 0 && n0 + c < N) out[int64_t(r) * N + n0 + c] = sum;
+    }
+  }
+}
+
+// Any K and alignment (row-slice views with odd K): one warp per column, lanes stride by 1.
 // grid: (ceil(N / kGemvWarps), ceil(T / kGemvMaxRows)); block: kGemvWarps warps.
-// Warp w of block (bx, by) computes out[by*8 .. +8, bx*kGemvWarps + w].
 template <typename W>
-__global__ void gemv_kernel(float* __restrict__ out,      // [T, N]
-                            const float* __restrict__ x,  // [T, K]
-                            const W* __restrict__ w,      // [N, K]
-                            int64_t T, int64_t K, int64_t N, bool vec) {
+__global__ void gemv_scalar_kernel(float* __restrict__ out,      // [T, N]
+                                   const float* __restrict__ x,  // [T, K]
+                                   const W* __restrict__ w,      // [N, K]
+                                   int64_t T, int64_t K, int64_t N) {
   const int lane = threadIdx.x & 31;
   const int64_t n = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -71,28 +130,11 @@ __global__ void gemv_kernel(float* __restrict__ out,      // [T, N]
   float acc[kGemvMaxRows];
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = 0.0f;
-  if (vec) {  // K % 8 == 0, rows 16-byte aligned
-#pragma unroll 4
-    for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
-      float wf[8];
-      load8(wr + k, wf);
+  for (int64_t k = lane; k < K; k += 32) {
+    const float wv = to_f32(wr[k]);
 #pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r) {
-        if (r < rows) {
-          const float4 a = *reinterpret_cast<const float4*>(xr + r * K + k);
-          const float4 b = *reinterpret_cast<const float4*>(xr + r * K + k + 4);
-          acc[r] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] + b.y * wf[5] +
-                    b.z * wf[6] + b.w * wf[7];
-        }
-      }
-    }
-  } else {
-    for (int64_t k = lane; k < K; k += 32) {
-      const float wv = to_f32(wr[k]);
-#pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r)
-        if (r < rows) acc[r] += xr[r * K + k] * wv;
-    }
+    for (int r = 0; r < kGemvMaxRows; ++r)
+      if (r < rows) acc[r] += xr[r * K + k] * wv;
   }
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) {
@@ -114,19 +156,57 @@ __global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float
   }
 }
 
+template <typename W, int R>
+void launch_gemv_rows(cudaStream_t stream, float* out, const float* x, const W* w, int64_t K, int64_t N) {
+  gemv_rows_kernel<W, R><<<unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream>>>(out, x, w, K, N);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Rows in groups of 8 (then the remainder), each group one pass over the weights.
 template <typename W>
 void launch_gemv(cudaStream_t stream, float* out, const float* x, const W* w, int64_t T, int64_t K, int64_t N) {
   const bool vec = K % 8 == 0 && aligned16(x) && aligned16(w);
-  if (T == 1 && vec) {
-    gemv1_kernel<W><<<unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream>>>(out, x, w, K, N);
+  if (!vec) {
+    dim3 grid(unsigned(ceil_div(N, kGemvWarps)), unsigned(ceil_div(T, kGemvMaxRows)));
+    KCHECK_MSG(grid.y <= 65535, "matmul: ", T, " rows is too many for the GEMV path");
+    gemv_scalar_kernel<W><<<grid, kGemvWarps * 32, 0, stream>>>(out, x, w, T, K, N);
     CUDA_CHECK_LAUNCH();
     return;
   }
-  dim3 grid(unsigned(ceil_div(N, kGemvWarps)), unsigned(ceil_div(T, kGemvMaxRows)));
-  KCHECK_MSG(grid.y <= 65535, "matmul: ", T, " rows is too many for the GEMV path");
-  gemv_kernel<W><<<grid, kGemvWarps * 32, 0, stream>>>(out, x, w, T, K, N, vec);
-  CUDA_CHECK_LAUNCH();
+  for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+    const int rows = int(std::min<int64_t>(kGemvMaxRows, T - r0));
+    float* o = out + r0 * N;
+    const float* xr = x + r0 * K;
+    switch (rows) {
+      case 1:
+        gemv1_kernel<W><<<unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream>>>(o, xr, w, K, N);
+        CUDA_CHECK_LAUNCH();
+        break;
+      case 2: launch_gemv_rows<W, 2>(stream, o, xr, w, K, N); break;
+      case 3: launch_gemv_rows<W, 3>(stream, o, xr, w, K, N); break;
+      case 4: launch_gemv_rows<W, 4>(stream, o, xr, w, K, N); break;
+      case 5: launch_gemv_rows<W, 5>(stream, o, xr, w, K, N); break;
+      case 6: launch_gemv_rows<W, 6>(stream, o, xr, w, K, N); break;
+      case 7: launch_gemv_rows<W, 7>(stream, o, xr, w, K, N); break;
+      default: launch_gemv_rows<W, 8>(stream, o, xr, w, K, N); break;
+    }
+  }
 }
+
+// out[i] = sum of the n_terms partial products p[j][i] (j in order), p: [n_terms, n].
+__global__ void sum_terms_kernel(float* __restrict__ out, const float* __restrict__ p, int64_t n, int n_terms) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = p[i];
+    for (int j = 1; j < n_terms; ++j) s += p[j * n + i];
+    out[i] = s;
+  }
+}
+
+// Up to this many rows the terms go through one GEMM over the stacked [n_terms * T, K]
+// activations, so the weights are read once rather than once per term (what bounds a batch of
+// decode rows); the partial products are then summed. Past it (prefill) one GEMM per term,
+// accumulated in place, saves the [n_terms * T, N] partial buffer.
+constexpr int64_t kStackedTermsMaxRows = 256;
 
 // out^T = w . x^T in cuBLAS's column-major terms: C[N, T] = op(A)[N, K] . B[K, T] with
 // A = w seen as column-major [K, N] (transposed), B = x as column-major [K, T].
@@ -137,6 +217,17 @@ void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __
       terms, x, T * K, n_terms);
   CUDA_CHECK_LAUNCH();
   const float one = 1.0f, zero = 0.0f;
+  if (n_terms > 1 && T <= kStackedTermsMaxRows) {
+    const int64_t cols = int64_t(n_terms) * T;
+    auto* partial = static_cast<float*>(ctx.scratch->get(kSlotMatmulPartial, size_t(cols * N) * 4));
+    CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(cols), int(K), &one, w, CUDA_R_16BF,
+                              int(K), terms, CUDA_R_16BF, int(K), &zero, partial, CUDA_R_32F, int(N),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    sum_terms_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * N, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
+        out, partial, T * N, n_terms);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   for (int j = 0; j < n_terms; ++j) {
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, w, CUDA_R_16BF,
                               int(K), terms + j * T * K, CUDA_R_16BF, int(K), j == 0 ? &zero : &one, out, CUDA_R_32F,

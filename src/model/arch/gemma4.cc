@@ -154,6 +154,7 @@ void Gemma4Model::per_layer_inputs(const StepPlan& plan, const Tensor& x, const 
 }
 
 void Gemma4Model::moe_beside_mlp(const Gemma4Layer& layer, const Tensor& x, const Tensor& f) {
+  PhaseScope phase(ops_, Phase::kFfn);
   const int64_t T = x.rows, H = x.cols;
   const float eps = cfg_.norm_eps;
   const auto& m = cfg_.moe;

@@ -5,6 +5,7 @@ namespace kestrel {
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
                      const Tensor& select, StepKv* step, bool write_kv) {
+  PhaseScope phase(ops, Phase::kAttention);
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
   Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
@@ -42,6 +43,7 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
 
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
                     const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y) {
+  PhaseScope phase(ops, Phase::kDeltaNet);
   const int64_t T = x.rows;
   const int64_t v_width = int64_t(cfg.n_v_heads) * cfg.v_head_dim;
   Tensor qkv = ws.take(T, cfg.conv_dim());
@@ -66,6 +68,7 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
 }
 
 void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y) {
+  PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows, F = w.gate.rows;
   Tensor g = ws.take(T, F);
   Tensor u = ws.take(T, F);
@@ -80,6 +83,7 @@ void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, co
 }
 
 void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y) {
+  PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows;
   Tensor logits = ws.take(T, cfg.n_experts);
   ops.matmul(logits, x, w.router);

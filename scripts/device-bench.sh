@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the GPU machine, after scripts/device-cuda-test.sh has built build/ (its Debian libraries
+# unpacked under /tmp/deps): writes a random-weight checkpoint of a released shape and runs
+# `kestrel bench --profile` on it, saving the table and the JSON under OUT_DIR.
+#   usage: scripts/device-bench.sh OUT_DIR PRESET NAME [bench options...]
+set -uo pipefail
+out=${1:?OUT_DIR}
+preset=${2:?PRESET}
+name=${3:?NAME}
+shift 3
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+models=${MODELS:-/tmp/models}
+mkdir -p "$models" "$out"
+if [ ! -f "$models/$name/config.json" ]; then
+  start=$(date +%s)
+  build/kestrel random-model --like "$preset" --out "$models/$name" --quiet || exit 1
+  echo "random-model $preset: $(( $(date +%s) - start )) s"
+fi
+cmd="kestrel bench -m $name --device cuda $*"
+build/kestrel bench -m "$models/$name" --device cuda "$@" --json "$out/bench-$name.json" --command-line "$cmd" \
+  >"$out/bench-$name.txt" 2>&1
+echo "== $cmd (exit $?)"
+cat "$out/bench-$name.txt"

@@ -237,11 +237,9 @@ int bench_cmd(const Args& args) {
           for (int64_t i = 0; i < N; ++i) {
             std::vector<StepItem> items;
             for (int64_t b = 0; b < B; ++b) items.push_back({.seq = &seqs[size_t(b)], .tokens = last[size_t(b)]});
-            const auto& logits = runner.step(items);
-            for (int64_t b = 0; b < B; ++b) {  // greedy, so the next token depends on the logits
-              const float* row = logits.data() + b * cfg.vocab_size;
-              last[size_t(b)][0] = int32_t(std::max_element(row, row + cfg.vocab_size) - row);
-            }
+            // greedy on the backend, so the next token depends on the logits
+            const auto& ids = runner.step_argmax(items);
+            for (int64_t b = 0; b < B; ++b) last[size_t(b)][0] = ids[size_t(b)];
           }
           if (rec) finish_recording(name, B);
           else if (r > 0) tps.push_back(double(N * B) / seconds_since(t));

@@ -25,20 +25,29 @@ GenerateResult generate(Runner& runner, const std::vector<int32_t>& prompt, cons
   } finish{runner, seq};
   Sampler sampler(opts.sampling);
 
+  // Plain greedy decoding picks the token on the backend (no logits come back to the host).
+  const bool on_backend = sampler.plain_greedy();
+  int32_t next = -1;
+  auto step = [&](std::span<const int32_t> tokens, bool logits) {
+    const StepItem item{.seq = &seq, .tokens = tokens, .no_logits = !logits};
+    if (on_backend) {
+      const auto& ids = runner.step_argmax({item});
+      if (logits) next = ids[0];
+    } else {
+      const auto& l = runner.step({item});
+      if (logits) next = sampler.sample(l.data(), V);
+    }
+  };
   auto t0 = clock::now();
-  std::vector<float> last;
   const size_t chunk = size_t(std::max(1, opts.prefill_chunk));
   for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
     const size_t n = std::min(chunk, prompt.size() - begin);
-    const bool final_chunk = begin + n == prompt.size();
-    const auto& logits = runner.step(
-        {{.seq = &seq, .tokens = std::span<const int32_t>(prompt.data() + begin, n), .no_logits = !final_chunk}});
-    if (final_chunk) last = logits;
+    step(std::span<const int32_t>(prompt.data() + begin, n), begin + n == prompt.size());
   }
   auto t1 = clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int i = 0; i < opts.max_new_tokens; ++i) {
-    int32_t tok = sampler.sample(last.data(), V);
+    const int32_t tok = next;
     res.tokens.push_back(tok);
     if (on_token) on_token(tok);
     if (std::find(opts.stop_token_ids.begin(), opts.stop_token_ids.end(), tok) != opts.stop_token_ids.end()) {
@@ -46,7 +55,7 @@ GenerateResult generate(Runner& runner, const std::vector<int32_t>& prompt, cons
       break;
     }
     if (i + 1 == opts.max_new_tokens) break;
-    last = runner.step({{.seq = &seq, .tokens = std::span<const int32_t>(&tok, 1)}});
+    step(std::span<const int32_t>(&tok, 1), true);
   }
   res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;

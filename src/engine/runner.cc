@@ -39,7 +39,7 @@ void Runner::finish(SequenceState& seq) {
   seq.live = false;
 }
 
-const std::vector<float>& Runner::step(const std::vector<StepItem>& items, HiddenCapture* capture) {
+Tensor Runner::forward(const std::vector<StepItem>& items, HiddenCapture* capture) {
   // Reserve first, so a failure leaves every sequence as it was.
   std::vector<size_t> before;
   for (const auto& it : items) before.push_back(it.seq->blocks.size());
@@ -68,9 +68,27 @@ const std::vector<float>& Runner::step(const std::vector<StepItem>& items, Hidde
   Tensor out = logits_.view().rows_slice(0, R);
   model_.forward(plan_, cache_, out, capture);
   for (const auto& it : items) it.seq->n_cached += int32_t(it.tokens.size());
-  host_logits_.resize(size_t(R * V));
-  if (R) model_.ops().to_host(out, host_logits_.data());
+  return out;
+}
+
+const std::vector<float>& Runner::step(const std::vector<StepItem>& items, HiddenCapture* capture) {
+  const Tensor out = forward(items, capture);
+  host_logits_.resize(size_t(out.numel()));
+  if (out.rows) model_.ops().to_host(out, host_logits_.data());
   return host_logits_;
+}
+
+const std::vector<int32_t>& Runner::step_argmax(const std::vector<StepItem>& items) {
+  const Tensor out = forward(items, nullptr);
+  const int64_t R = out.rows;
+  if (ids_.empty() || ids_.view().rows < R) ids_ = model_.ops().alloc(DType::kI32, std::max<int64_t>(R, 1), 1);
+  const Tensor ids = ids_.view().rows_slice(0, R);
+  host_ids_.resize(size_t(R));
+  if (R) {
+    model_.ops().argmax(ids, out);
+    model_.ops().to_host(ids, host_ids_.data());
+  }
+  return host_ids_;
 }
 
 }  // namespace kestrel

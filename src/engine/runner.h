@@ -44,14 +44,21 @@ class Runner {
   // Runs one step. Returns host logits, one row of vocab_size floats per requested row, in item
   // order. Error(kOutOfMemory) when the KV pool cannot hold the new tokens (nothing is changed).
   const std::vector<float>& step(const std::vector<StepItem>& items, HiddenCapture* capture = nullptr);
+  // The same step, returning for each requested row only the index of its largest logit (the
+  // sampler's argmax, computed on the backend): greedy decoding without bringing the logits back.
+  const std::vector<int32_t>& step_argmax(const std::vector<StepItem>& items);
   const StepPlan& last_plan() const { return plan_; }
 
  private:
   Model& model_;
   ModelCache cache_;
   StepPlan plan_;
-  Buffer logits_;
+  // Reserves the items' blocks, runs the forward pass, returns the logits rows on the backend.
+  Tensor forward(const std::vector<StepItem>& items, HiddenCapture* capture);
+
+  Buffer logits_, ids_;
   std::vector<float> host_logits_;
+  std::vector<int32_t> host_ids_;
 };
 
 // Sizes a CPU cache for `max_seqs` sequences of up to `max_tokens` tokens each.

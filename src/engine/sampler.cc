@@ -9,7 +9,7 @@ namespace kestrel {
 int32_t argmax(const float* logits, int64_t vocab) {
   int32_t best = 0;
   for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = int32_t(i);
+    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) best = int32_t(i);
   }
   return best;
 }
@@ -39,6 +39,11 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t
 }
 
 Sampler::Sampler(SamplingParams params) : p_(params), rng_(params.seed) {}
+
+bool Sampler::plain_greedy() const {
+  return p_.temperature <= 0.0f && p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f &&
+         p_.frequency_penalty == 0.0f;
+}
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {

@@ -30,6 +30,8 @@ class Sampler {
   int32_t sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
                  std::span<const int32_t> generated = {});
   const SamplingParams& params() const { return p_; }
+  // Whether sample() is argmax of the raw logits (greedy, no penalties): a device argmax will do.
+  bool plain_greedy() const;
 
  private:
   SamplingParams p_;
@@ -38,7 +40,8 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;
 };
 
-// Index of the largest logit; ties go to the lowest index (as torch.argmax).
+// Index of the largest logit; ties go to the lowest index (as torch.argmax); NaN is never chosen
+// over a number. Ops::argmax computes the same on a backend.
 int32_t argmax(const float* logits, int64_t vocab);
 
 // log-softmax value of `token`, and the k most likely (token, logprob) pairs, of raw logits.

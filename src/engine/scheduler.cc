@@ -216,7 +216,17 @@ bool Scheduler::step() {
       budget -= int32_t(n);
     }
     try {
-      const std::vector<float>& logits = runner_.step(items);
+      // When every row is plain greedy without logprobs, the tokens are picked on the backend and
+      // no logits come back to the host.
+      bool on_backend = true;
+      for (size_t i = 0; i < items.size() && on_backend; ++i) {
+        if (items[i].no_logits) continue;
+        on_backend = owners[i]->sampler.plain_greedy() && owners[i]->req->options().top_logprobs < 0;
+      }
+      static const std::vector<float> kNoLogits;
+      static const std::vector<int32_t> kNoIds;
+      const std::vector<int32_t>& ids = on_backend ? runner_.step_argmax(items) : kNoIds;
+      const std::vector<float>& logits = on_backend ? kNoLogits : runner_.step(items);
       // sample for every item that produced a row
       size_t row = 0;
       const auto now = Request::clock::now();
@@ -230,10 +240,11 @@ bool Scheduler::step() {
           prefix_->maybe_checkpoint(s.tokens, s.state.n_cached, s.state.slot, spare);
         }
         if (items[i].no_logits) continue;
-        const float* l = logits.data() + row * size_t(V);
-        ++row;
+        const float* l = on_backend ? nullptr : logits.data() + row * size_t(V);
         std::span<const int32_t> all(s.tokens);
-        const int32_t tok = s.sampler.sample(l, V, all.first(size_t(s.n_prompt)), all.subspan(size_t(s.n_prompt)));
+        const int32_t tok = on_backend ? ids[row]
+                                       : s.sampler.sample(l, V, all.first(size_t(s.n_prompt)), all.subspan(size_t(s.n_prompt)));
+        ++row;
         TokenOut out{.token = tok};
         const int k = s.req->options().top_logprobs;
         if (k >= 0) {

@@ -131,6 +131,9 @@ class Ops {
   virtual void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, float cap) = 0;
+  // ids I32 [R, 1] = for each row of x [R, V], the index of its largest value: the first one on
+  // ties, NaN never chosen (0 when a row has nothing else) — the host argmax() of the sampler.
+  virtual void argmax(const Tensor& ids, const Tensor& x) = 0;
   // x = act(x) in place (silu, sigmoid or gelu-tanh).
   virtual void activation(const Tensor& x, Activation act) { refuse("activation"); }
   // out = a * b elementwise (out may be a or b).

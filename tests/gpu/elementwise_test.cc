@@ -1,6 +1,8 @@
 // CUDA vs CPU parity of the row-wise and elementwise ops over a grid of shapes.
 // Tolerances: these ops do the same float arithmetic as the CPU (norms sum in double on both),
 // so they agree to a few float ulps: relative error <= 1e-5.
+#include <limits>
+
 #include "gpu_test_util.h"
 
 namespace kestrel::test {
@@ -95,6 +97,33 @@ TEST_F(GpuTest, GatherRows) {
   cpu_.gather_rows(ref, x, rows);
   gpu().gather_rows(out, dx, rows);
   EXPECT_EQ(down(out), host(ref));
+}
+
+// Argmax on the device picks the same index as the CPU op (and the sampler): rows of a vocabulary's
+// width with planted ties, NaN and infinities.
+TEST_F(GpuTest, Argmax) {
+  const int64_t R = 9, V = 248320;
+  Buffer x = random(R, V);
+  float* p = x.view().f32();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  p[0 * V + 5] = 50, p[0 * V + 70000] = 50;           // tie: the first
+  p[1 * V + 0] = nan, p[1 * V + V - 1] = 60;          // NaN first, the best last
+  for (int64_t i = 0; i < V; ++i) p[2 * V + i] = nan;  // all NaN: 0
+  p[3 * V + 1000] = inf, p[3 * V + 2000] = inf;       // infinities tie
+  for (int64_t i = 0; i < V; ++i) p[4 * V + i] = 1.5f;  // all equal: 0
+  Buffer ids = cpu_.alloc(DType::kI32, R, 1), dids = gpu().alloc(DType::kI32, R, 1);
+  cpu_.argmax(ids, x);
+  Buffer dx = up(x);
+  gpu().argmax(dids, dx);
+  std::vector<int32_t> got(static_cast<size_t>(R));
+  gpu().to_host(dids, got.data());
+  const int32_t* want = static_cast<const int32_t*>(ids.view().data);
+  for (int64_t r = 0; r < R; ++r) EXPECT_EQ(got[size_t(r)], want[r]) << "row " << r;
+  EXPECT_EQ(want[0], 5);
+  EXPECT_EQ(want[1], V - 1);
+  EXPECT_EQ(want[2], 0);
+  EXPECT_EQ(want[3], 1000);
+  EXPECT_EQ(want[4], 0);
 }
 
 }  // namespace

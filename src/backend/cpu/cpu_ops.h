@@ -29,6 +29,7 @@ class CpuOps final : public Ops {
   void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) override;
   void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
   void softcap(const Tensor& x, float cap) override;
+  void argmax(const Tensor& ids, const Tensor& x) override;
   void activation(const Tensor& x, Activation act) override;
   void mul(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) override;

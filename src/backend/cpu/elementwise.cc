@@ -1,4 +1,5 @@
-// Row-wise and elementwise ops: embedding gather, RMSNorm variants, add, gates, gather, softcap.
+// Row-wise and elementwise ops: embedding gather, RMSNorm variants, add, gates, gather, softcap,
+// argmax.
 #include <cmath>
 #include <cstring>
 
@@ -171,6 +172,18 @@ void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>&
 void softcap(const Tensor& x, float cap) {
   float* p = x.f32();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
+void argmax(const Tensor& ids, const Tensor& x) {
+  KCHECK(ids.dtype == DType::kI32 && x.dtype == DType::kF32 && ids.rows == x.rows && ids.cols == 1);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* row = x.f32() + r * x.cols;
+    int32_t best = 0;
+    for (int64_t i = 1; i < x.cols; ++i) {
+      if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = int32_t(i);
+    }
+    static_cast<int32_t*>(ids.data)[r] = best;
+  }
 }
 
 void activation(const Tensor& x, Activation act) {

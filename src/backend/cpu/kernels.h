@@ -27,6 +27,7 @@ void scale(const Tensor& x, float s);
 void slice_cols(const Tensor& out, const Tensor& x, int64_t begin);
 void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
 void softcap(const Tensor& x, float cap);
+void argmax(const Tensor& ids, const Tensor& x);
 void activation(const Tensor& x, Activation act);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
 void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);

@@ -98,6 +98,7 @@ void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate);
 void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up);
 void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
 void softcap(const Context& ctx, const Tensor& x, float cap);
+void argmax(const Context& ctx, const Tensor& ids, const Tensor& x);
 void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -290,6 +290,7 @@ void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<
   cuda::gather_rows(ctx(), out, x, rows);
 }
 void CudaOps::softcap(const Tensor& x, float cap) { cuda::softcap(ctx(), x, cap); }
+void CudaOps::argmax(const Tensor& ids, const Tensor& x) { cuda::argmax(ctx(), ids, x); }
 void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
   if (rope.whole_head_pairs) refuse("rope (whole-head pairing, Gemma 4 proportional RoPE)");

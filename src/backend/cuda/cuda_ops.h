@@ -55,6 +55,7 @@ class CudaOps final : public Ops {
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
   void softcap(const Tensor& x, float cap) override;
+  void argmax(const Tensor& ids, const Tensor& x) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,

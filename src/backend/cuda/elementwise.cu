@@ -1,4 +1,5 @@
-// Elementwise ops: add, mul_sigmoid (full or [T, 1] gate), silu_mul, softcap, gather_rows.
+// Elementwise ops: add, mul_sigmoid (full or [T, 1] gate), silu_mul, softcap, gather_rows, and
+// argmax over rows.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -27,6 +28,38 @@ __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, 
 __global__ void softcap_kernel(float* x, float cap, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = cap * tanhf(x[i] / cap);
+}
+
+// (v, i) beats (w, j): larger, or equal and earlier; a number beats NaN.
+__device__ __forceinline__ bool beats(float v, int i, float w, int j) {
+  if (isnan(w)) return !isnan(v) || i < j;
+  return v > w || (v == w && i < j);
+}
+
+// grid: R blocks of kThreads; each row's first largest value (NaN never chosen over a number).
+__global__ void argmax_kernel(int32_t* ids, const float* x, int64_t V) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* row = x + int64_t(blockIdx.x) * V;
+  float best = NAN;
+  int bi = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    if (bi == 0x7fffffff || beats(v, int(i), best, bi)) best = v, bi = int(i);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, best, o);
+    const int i = __shfl_xor_sync(kFullMask, bi, o);
+    if (i != 0x7fffffff && (bi == 0x7fffffff || beats(v, i, best, bi))) best = v, bi = i;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sv[warp] = best, si[warp] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      if (si[w] != 0x7fffffff && (bi == 0x7fffffff || beats(sv[w], si[w], best, bi))) best = sv[w], bi = si[w];
+    ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+  }
 }
 
 // grid: R blocks; row r copies x[rows[r]] (row_bytes, a multiple of 4) to out[r].
@@ -71,6 +104,16 @@ void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const T
   const int64_t n = out.numel();
   if (!n) return;
   silu_mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), gate.f32(), up.f32(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void argmax(const Context& ctx, const Tensor& ids, const Tensor& x) {
+  check_f32(x, "argmax x");
+  KCHECK_MSG(ids.dtype == DType::kI32 && ids.rows == x.rows && ids.cols == 1, "argmax: ids must be I32 [", x.rows,
+             ", 1]");
+  KCHECK_MSG(x.rows <= INT32_MAX && x.cols > 0 && x.cols <= INT32_MAX, "argmax: bad shape [", x.rows, ", ", x.cols, "]");
+  if (x.rows == 0) return;
+  argmax_kernel<<<unsigned(x.rows), 1024, 0, ctx.stream>>>(static_cast<int32_t*>(ids.data), x.f32(), x.cols);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,102 +1,118 @@
-// gated_delta_rule: Gated DeltaNet per (sequence, value head), the state S [dk, dv] loaded from
-// the sequence's slot into shared memory, advanced token by token, and stored back as F32.
+// gated_delta_rule: Gated DeltaNet per (sequence, value head), the recurrent form token by
+// token, with the state S [dk, dv] held in registers in double:
 //
 //   S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - S^T k_t))^T,    o_t = S_t^T q_t
 //
-// This first kernel runs the recurrent form for prefill too (correctness first; the chunked WY
-// kernel is next, docs/cuda.md). The state is rounded to F32 at the end of every chunk of the
-// 64-aligned grid, exactly as when a step ends there, so prefill split on that grid is
-// bit-identical to one pass (and any other split agrees to F32 rounding). The algebra is in
-// double while the state fits in shared memory (as on the CPU oracle, whose comment explains
-// why), else in float.
+// A block owns 32 value columns of one head of one sequence (one column per lane) and all dk key
+// rows, 32 per warp, so a decode step reads and writes each state element once, spread over
+// n_v_heads * ceil(dv / 32) blocks per sequence. The sums over k run per warp and then over the
+// warps in a fixed order. The next token's q, k, v, a, b are loaded while the current one is
+// computed. At the end of every chunk of the 64-aligned grid the state is rounded to F32, exactly
+// as when a step ends there, so prefill split on that grid is bit-identical to one pass (and any
+// other split agrees to F32 rounding); the algebra is in double as on the CPU oracle (whose
+// comment explains why). The chunked (WY) tensor-core form for long prefills is not built yet
+// (docs/cuda.md).
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kChunk = 64;  // the engine's chunk grid (absolute positions)
-constexpr size_t kMaxSmem = 200 * 1024;
+constexpr int kChunk = 64;    // the engine's chunk grid (absolute positions)
+constexpr int kRowsPerWarp = 32;
 
-// grid: (n_v_heads, n_seqs); block: kThreads; dynamic smem: S [dk * dv] + q, k [dk] of Acc.
-// Thread e owns columns e, e + kThreads, ... of S.
-template <typename Acc>
-__global__ void gdr_recurrent_kernel(float* __restrict__ out,         // [T, nv * dv]
-                                     const float* __restrict__ qkv,   // [T, 2 * nk * dk + nv * dv]
-                                     const float* __restrict__ a,     // [T, nv]
-                                     const float* __restrict__ b,     // [T, nv]
-                                     const float* __restrict__ a_neg, // [nv]
-                                     const float* __restrict__ dt_bias,  // [nv]
-                                     float* __restrict__ ssm,         // [n_slots, nv * dk * dv]
-                                     const SeqStep* __restrict__ seqs, int nk, int nv, int dk, int dv) {
+// grid: (n_v_heads, n_seqs, ceil(dv / 32)); block: 32 * ceil(dk / 32) threads;
+// dynamic smem: q, k [n_threads] + partial sums [2][n_warps][32] + norms [2][n_warps], doubles.
+__global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
+                           const float* __restrict__ qkv,      // [T, 2 * nk * dk + nv * dv]
+                           const float* __restrict__ a,        // [T, nv]
+                           const float* __restrict__ b,        // [T, nv]
+                           const float* __restrict__ a_neg,    // [nv]
+                           const float* __restrict__ dt_bias,  // [nv]
+                           float* __restrict__ ssm,            // [n_slots, nv * dk * dv]
+                           const SeqStep* __restrict__ seqs, int nk, int nv, int dk, int dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Acc* S = reinterpret_cast<Acc*>(smem_raw);  // [dk, dv]
-  Acc* qs = S + dk * dv;                      // [dk]
-  Acc* ks = qs + dk;                          // [dk]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  double* qs = reinterpret_cast<double*>(smem_raw);  // [blockDim.x], zero past dk
+  double* ks = qs + blockDim.x;
+  double* red = ks + blockDim.x;                     // [2][n_warps][32]
+  double* norms = red + 2 * n_warps * 32;            // [2][n_warps]
   const int h = blockIdx.x, kh = h / (nv / nk);
   const SeqStep s = seqs[blockIdx.y];
+  const int e = int(blockIdx.z) * 32 + lane;
+  const bool col = e < dv;
   const int64_t qkv_cols = 2 * int64_t(nk) * dk + int64_t(nv) * dv;
   float* state = ssm + int64_t(s.state_slot) * nv * dk * dv + int64_t(h) * dk * dv;
-  for (int i = threadIdx.x; i < dk * dv; i += blockDim.x) S[i] = Acc(state[i]);
-  const Acc q_scale = Acc(1) / sqrt(Acc(dk));
-  const Acc an = a_neg[h], bias = dt_bias[h];
+  const int d0 = warp * kRowsPerWarp;
+  double S[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) S[i] = (col && d0 + i < dk) ? double(state[int64_t(d0 + i) * dv + e]) : 0.0;
+  const double q_scale = 1.0 / sqrt(double(dk));
+  const double an = a_neg[h], bias = dt_bias[h];
+  const int d_own = threadIdx.x;  // the q, k element this thread loads
+  float qn = 0, kn = 0, vn = 0, araw = 0, braw = 0;
+  auto load = [&](int64_t r) {
+    const float* row = qkv + r * qkv_cols;
+    qn = d_own < dk ? row[int64_t(kh) * dk + d_own] : 0.0f;
+    kn = d_own < dk ? row[int64_t(nk) * dk + int64_t(kh) * dk + d_own] : 0.0f;
+    vn = col ? row[2 * int64_t(nk) * dk + int64_t(h) * dv + e] : 0.0f;
+    araw = a[r * nv + h];
+    braw = b[r * nv + h];
+  };
+  if (s.n_tokens > 0) load(s.row_begin);
   for (int32_t t = 0; t < s.n_tokens; ++t) {
     const int64_t r = s.row_begin + t;
-    const float* row = qkv + r * qkv_cols;
-    Acc sq = 0, sk = 0;
-    for (int d = threadIdx.x; d < dk; d += blockDim.x) {
-      const Acc qd = row[int64_t(kh) * dk + d], kd = row[int64_t(nk) * dk + int64_t(kh) * dk + d];
-      qs[d] = qd;
-      ks[d] = kd;
-      sq += qd * qd;
-      sk += kd * kd;
+    const double qd = qn, kd = kn, ve = vn, ar = araw, br = braw;
+    if (t + 1 < s.n_tokens) load(r + 1);
+    // L2 norms of q and k over dk
+    const double sq = warp_sum(qd * qd), sk = warp_sum(kd * kd);
+    if (lane == 0) {
+      norms[warp] = sq;
+      norms[n_warps + warp] = sk;
     }
-    sq = block_sum(sq);
-    sk = block_sum(sk);  // block_sum synchronizes: qs, ks are complete
-    const Acc q_norm = Acc(1) / sqrt(sq + Acc(1e-6)) * q_scale, k_norm = Acc(1) / sqrt(sk + Acc(1e-6));
-    const Acc beta = Acc(1) / (Acc(1) + exp(-Acc(b[r * nv + h])));
-    const Acc x = Acc(a[r * nv + h]) + bias;
-    const Acc g = an * (x > Acc(20) ? x : log1p(exp(x)));
-    const Acc decay = exp(g);
-    for (int e = threadIdx.x; e < dv; e += blockDim.x) {
-      const Acc ve = row[2 * int64_t(nk) * dk + int64_t(h) * dv + e];
-      Acc delta = 0;
-      for (int d = 0; d < dk; ++d) {
-        const Acc sv = S[d * dv + e] * decay;
-        S[d * dv + e] = sv;
-        delta += (ks[d] * k_norm) * sv;
-      }
-      delta = (ve - delta) * beta;
-      Acc o = 0;
-      for (int d = 0; d < dk; ++d) {
-        const Acc sv = S[d * dv + e] + (ks[d] * k_norm) * delta;
-        S[d * dv + e] = sv;
-        o += (qs[d] * q_norm) * sv;
-      }
-      out[r * int64_t(nv) * dv + int64_t(h) * dv + e] = float(o);
-      // At the end of each 64-aligned chunk the state is rounded to F32, as if stored to the
-      // slot: a prefill split on that grid is then bit-identical to one pass.
-      if ((s.n_past + t + 1) % kChunk == 0) {
-        for (int d = 0; d < dk; ++d) S[d * dv + e] = Acc(float(S[d * dv + e]));
-      }
+    __syncthreads();  // (A)
+    double tq = 0, tk = 0;
+    for (int w = 0; w < n_warps; ++w) {
+      tq += norms[w];
+      tk += norms[n_warps + w];
     }
-    __syncthreads();  // qs, ks are rewritten by the next token
+    qs[threadIdx.x] = qd * (1.0 / sqrt(tq + 1e-6) * q_scale);
+    ks[threadIdx.x] = kd * (1.0 / sqrt(tk + 1e-6));
+    const double beta = 1.0 / (1.0 + exp(-br));
+    const double x = ar + bias;
+    const double decay = exp(an * (x > 20.0 ? x : log1p(exp(x))));
+    __syncthreads();  // (B): qs, ks complete
+    double part = 0;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      S[i] *= decay;
+      part += ks[d0 + i] * S[i];
+    }
+    red[warp * 32 + lane] = part;
+    __syncthreads();  // (C)
+    double delta = 0;
+    for (int w = 0; w < n_warps; ++w) delta += red[w * 32 + lane];
+    delta = (ve - delta) * beta;
+    double o = 0;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      S[i] += ks[d0 + i] * delta;
+      o += qs[d0 + i] * S[i];
+    }
+    red[(n_warps + warp) * 32 + lane] = o;
+    if ((s.n_past + t + 1) % kChunk == 0) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) S[i] = double(float(S[i]));
+    }
+    __syncthreads();  // (D): partial outputs complete; qs, ks and norms free for the next token
+    if (warp == 0 && col) {
+      double sum = 0;
+      for (int w = 0; w < n_warps; ++w) sum += red[(n_warps + w) * 32 + lane];
+      out[r * int64_t(nv) * dv + int64_t(h) * dv + e] = float(sum);
+    }
   }
-  for (int i = threadIdx.x; i < dk * dv; i += blockDim.x) state[i] = float(S[i]);
-}
-
-template <typename Acc>
-void launch_gdr(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
-                const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,
-                int n_seqs, size_t smem) {
-  if (smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(gdr_recurrent_kernel<Acc>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem)));
-  dim3 grid(unsigned(cfg.n_v_heads), unsigned(n_seqs));
-  gdr_recurrent_kernel<Acc><<<grid, kThreads, smem, ctx.stream>>>(
-      out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), state.ssm.f32(), ctx.step.seqs,
-      cfg.n_k_heads, cfg.n_v_heads, cfg.k_head_dim, cfg.v_head_dim);
-  CUDA_CHECK_LAUNCH();
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (col && d0 + i < dk) state[int64_t(d0 + i) * dv + e] = float(S[i]);
 }
 
 }  // namespace
@@ -116,14 +132,16 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
   KCHECK(qkv.rows == plan.n_rows() && out.rows == qkv.rows && a.rows == qkv.rows && b.rows == qkv.rows);
   for (const SeqStep& s : plan.seqs) KCHECK(s.state_slot >= 0 && s.state_slot < state.ssm.rows);
   if (plan.seqs.empty()) return;
-  const size_t smem_d = (size_t(dk) * dv + 2 * size_t(dk)) * sizeof(double);
-  const size_t smem_f = (size_t(dk) * dv + 2 * size_t(dk)) * sizeof(float);
-  if (smem_d <= kMaxSmem) {
-    launch_gdr<double>(ctx, out, qkv, a, b, a_neg, dt_bias, state, cfg, int(plan.seqs.size()), smem_d);
-  } else {
-    KCHECK_MSG(smem_f <= kMaxSmem, "gated_delta_rule: a ", dk, "x", dv, " state does not fit in shared memory");
-    launch_gdr<float>(ctx, out, qkv, a, b, a_neg, dt_bias, state, cfg, int(plan.seqs.size()), smem_f);
-  }
+  KCHECK_MSG(dk <= 1024, "gated_delta_rule: key head size ", dk, " exceeds 1024");
+  KCHECK_MSG(plan.seqs.size() <= 65535, "gated_delta_rule: more than 65535 sequences in one step");
+  const int threads = 32 * int(ceil_div(dk, 32)), warps = threads / 32;
+  const size_t smem = (2 * size_t(threads) + 2 * size_t(warps) * 32 + 2 * size_t(warps)) * sizeof(double);
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(gdr_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
+  gdr_kernel<<<grid, threads, smem, ctx.stream>>>(out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(),
+                                                  state.ssm.f32(), ctx.step.seqs, nk, nv, dk, dv);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kestrel::cuda

@@ -6,6 +6,7 @@
 // and recurrent state it reads), the bandwidth that implies, and that as a fraction of the
 // machine's measured copy bandwidth — the roofline of a memory-bound decode.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -106,6 +107,23 @@ nlohmann::json print_profile(const std::string& test, int64_t batch, const OpPro
           {"phases", phases}, {"ops", ops}};
 }
 
+// Weight bytes a step over `rows` rows must read. A mixture-of-experts model reads only the routed
+// experts its rows pick: with E experts, top-k and independent uniform routing, the expected
+// number of distinct experts per layer is E (1 - (1 - k/E)^rows).
+double weight_bytes_per_step(const Model& model, int64_t rows) {
+  const ModelConfig& c = model.config();
+  const double total = double(model.weight_bytes());
+  if (!c.has_moe() || c.moe.n_experts <= 0) return total;
+  int moe_layers = 0;
+  for (bool m : c.layer_moe) moe_layers += m ? 1 : 0;
+  const double E = c.moe.n_experts, k = c.moe.top_k;
+  const double expert_params = double(moe_layers) * E * 3.0 * double(c.hidden_size) * double(c.moe.expert_ffn);
+  const double bytes_per_param = total / double(model.parameter_count());
+  const double experts = expert_params * bytes_per_param;
+  const double touched = E * (1.0 - std::pow(1.0 - k / E, double(rows)));
+  return total - experts + experts * touched / E;
+}
+
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> d(0, int32_t(vocab - 1));
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -151,7 +169,11 @@ int bench_cmd(const Args& args) {
   std::printf("model: %s (%s, %s params, %s of weights), device %s, %d threads\n", dir.c_str(), cfg.model_type.c_str(),
               human_count(double(lm.model->parameter_count())).c_str(), human_bytes(double(lm.model->weight_bytes())).c_str(),
               ops->name(), ThreadPool::global().size());
-  std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n\n", copy_bw / 1e9);
+  std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
+  if (cfg.has_moe())
+    std::printf("mixture of experts: a step counts the experts its rows are expected to touch (%s at batch 1)\n",
+                human_bytes(weight_bytes_per_step(*lm.model, 1)).c_str());
+  std::printf("\n");
   std::printf("%-14s %6s %12s %12s %12s %10s %9s\n", "test", "batch", "t/s", "min t/s", "max t/s", "GB/s", "roofline");
 
   struct Profiled {
@@ -208,7 +230,8 @@ int bench_cmd(const Args& args) {
     }
     // prefill streams the weights once per chunk
     const double steps = double((P + chunk - 1) / chunk);
-    report("pp" + std::to_string(P), 1, 0, tps, double(lm.model->weight_bytes()), double(P) / steps);
+    report("pp" + std::to_string(P), 1, 0, tps, weight_bytes_per_step(*lm.model, std::min<int64_t>(P, chunk)),
+           double(P) / steps);
   }
   for (int64_t N : ns) {
     if (N == 0) continue;
@@ -247,7 +270,7 @@ int bench_cmd(const Args& args) {
         // per step: all weights once, plus each sequence's KV (depth + N/2 on average) and state
         const double kv = double(costs.bytes_per_block) / 16.0 * double(D + N / 2) * double(B);
         const double state = 2.0 * double(costs.bytes_per_slot) * double(B);
-        report(name, B, D, tps, double(lm.model->weight_bytes()) + kv + state, double(B));
+        report(name, B, D, tps, weight_bytes_per_step(*lm.model, B) + kv + state, double(B));
       }
     }
   }
@@ -284,8 +307,8 @@ const Registrar kReg{{
     .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
-               "achieved memory bandwidth (weights + KV + recurrent state per step) against the measured\n"
-               "copy bandwidth of the device. --profile adds one recorded run of each test and prints its\n"
+               "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
+               "models only the experts a step is expected to touch) against the measured copy bandwidth. --profile adds one recorded run of each test and prints its\n"
                "time per step by phase (embedding, attention, deltanet, mlp/moe, head, other) and by op, and\n"
                "the time between ops (host work the device waited for); device events time it on the GPU.",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},

@@ -33,7 +33,9 @@ TEST_F(GpuTest, MoeExperts) {
   struct Case { int T, E, k, H, F; DType dt; };
   for (Case c : {Case{1, 8, 3, 128, 64, DType::kBF16}, Case{5, 8, 3, 128, 64, DType::kBF16},
                  Case{40, 16, 4, 256, 96, DType::kBF16}, Case{3, 8, 2, 100, 36, DType::kBF16},
-                 Case{7, 8, 3, 128, 64, DType::kF32}}) {
+                 Case{7, 8, 3, 128, 64, DType::kF32},
+                 // many pairs per expert (several passes of 8), H past the shared-memory tile
+                 Case{96, 16, 8, 2056, 512, DType::kBF16}}) {
     ExpertWeights hw, dw;
     std::vector<Buffer> keep;
     for (int e = 0; e < c.E; ++e) {
@@ -58,6 +60,34 @@ TEST_F(GpuTest, MoeExperts) {
     cpu_.moe_experts(ref, x, ids, w, hw);
     gpu().moe_experts(out, dx, dids, dwts, dw);
     EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << "T " << c.T << " E " << c.E << " H " << c.H << " F " << c.F;
+  }
+}
+
+// A token's expert output does not depend on what else is in the batch: bit-identical alone.
+TEST_F(GpuTest, MoeExpertsBatchedEqualAlone) {
+  const int T = 24, E = 8, k = 3, H = 1032, F = 256;
+  ExpertWeights dw;
+  std::vector<Buffer> keep;
+  for (int e = 0; e < E; ++e) {
+    for (auto* list : {&dw.gate, &dw.up}) {
+      keep.push_back(up(random(DType::kBF16, F, H, 0.1f)));
+      list->push_back(keep.back());
+    }
+    keep.push_back(up(random(DType::kBF16, H, F, 0.1f)));
+    dw.down.push_back(keep.back());
+  }
+  Buffer x = random(T, H), logits = random(T, E);
+  Buffer ids = cpu_.alloc(DType::kI32, T, k), w = cpu_.alloc(DType::kF32, T, k);
+  cpu_.moe_route(ids, w, logits, k, true);
+  Buffer dx = up(x), dids = up(ids), dwts = up(w);
+  Buffer all = gpu().alloc(DType::kF32, T, H);
+  gpu().moe_experts(all, dx, dids, dwts, dw);
+  const std::vector<float> together = down(all);
+  for (int t = 0; t < T; ++t) {
+    Buffer one = gpu().alloc(DType::kF32, 1, H);
+    gpu().moe_experts(one, dx.view().rows_slice(t, 1), dids.view().rows_slice(t, 1), dwts.view().rows_slice(t, 1), dw);
+    const std::vector<float> alone = down(one);
+    for (int c = 0; c < H; ++c) ASSERT_EQ(alone[size_t(c)], together[size_t(t * H + c)]) << "token " << t << " col " << c;
   }
 }
 

@@ -78,7 +78,9 @@ enum ScratchSlot : int {
   kSlotMoePartial = 3,  // [T*k, H] weighted expert outputs
   kSlotAttnPartial = 4, // split-KV attention partial results
   kSlotMatmulPartial = 5,  // per-term products of a stacked split matmul
-  kNumSlots = 6,
+  kSlotMoeIndex = 6,       // MoE pairs grouped by expert: counts, offsets, cursors, order
+  kSlotConvOut = 7,        // conv1d outputs before they replace the inputs
+  kNumSlots = 8,
 };
 
 // Checks that begin_step ran with this plan.

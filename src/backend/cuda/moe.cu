@@ -1,10 +1,14 @@
 // moe_route: softmax over the experts, top-k (ties to the lower index), optional renormalization.
-// moe_experts: the routed SwiGLU experts as gathered GEMVs, one (token, rank) pair per block row:
-//   h[p, F]   = silu(gate_e x_t) * up_e x_t          (moe_gate_up_kernel)
-//   y[p, H]   = weight_p * down_e h[p]                (moe_down_kernel)
+// moe_experts: the routed SwiGLU experts, per (token, rank) pair p with expert e:
+//   h[p, F]   = silu(gate_e x_t) * up_e x_t
+//   y[p, H]   = weight_p * down_e h[p]
 //   out[t, H] = sum_j y[t * k + j]  in rank order     (moe_sum_kernel)
-// Each pair reads its expert's rows itself: right for decode, where few pairs share an expert;
-// prefill wants the grouped GEMM (docs/cuda.md).
+// The pairs are grouped by expert on the device (count, scan, scatter); then each block takes
+// one expert's column tile and runs its pairs 8 at a time with their inputs staged in shared
+// memory, so an expert's weights are read once per 8 of its pairs rather than once per pair
+// (prefill, and decode batches, share experts). A pair's sums run in the same order whatever
+// shares its pass, so results do not depend on the batch. Unaligned shapes take the per-pair
+// kernels (one warp per output of one pair).
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -96,6 +100,202 @@ __global__ void moe_down_kernel(float* __restrict__ ybuf,           // [T * k, H
   if ((threadIdx.x & 31) == 0) ybuf[p * H + c] = weights[p] * y;
 }
 
+// ---- grouping pairs by expert ----
+
+// counts[e] += 1 for each pair routed to e.
+__global__ void moe_count_kernel(int32_t* __restrict__ counts, const int32_t* __restrict__ ids, int64_t P) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x)
+    atomicAdd(&counts[ids[p]], 1);
+}
+
+// One block of 1024 threads: offsets [E + 1] = exclusive prefix sums of counts [E]; cursor = offsets.
+__global__ void moe_offsets_kernel(int32_t* __restrict__ offsets, int32_t* __restrict__ cursor,
+                                   const int32_t* __restrict__ counts, int E) {
+  __shared__ int32_t part[1024];
+  const int per = (E + 1023) / 1024, first = threadIdx.x * per;
+  int32_t sum = 0;
+  for (int i = first; i < first + per && i < E; ++i) sum += counts[i];
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int d = 1; d < 1024; d <<= 1) {  // inclusive scan of the per-thread sums
+    const int32_t v = threadIdx.x >= unsigned(d) ? part[threadIdx.x - d] : 0;
+    __syncthreads();
+    part[threadIdx.x] += v;
+    __syncthreads();
+  }
+  int32_t run = threadIdx.x ? part[threadIdx.x - 1] : 0;
+  for (int i = first; i < first + per && i < E; ++i) {
+    offsets[i] = run;
+    cursor[i] = run;
+    run += counts[i];
+  }
+  if (threadIdx.x == 1023) offsets[E] = part[1023];
+}
+
+// order[offsets[e] ..] = the pairs routed to e (in no particular order within an expert).
+__global__ void moe_scatter_kernel(int32_t* __restrict__ order, int32_t* __restrict__ cursor,
+                                   const int32_t* __restrict__ ids, int64_t P) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x)
+    order[atomicAdd(&cursor[ids[p]], 1)] = int32_t(p);
+}
+
+// ---- grouped expert kernels ----
+
+constexpr int kGroupRows = 8;  // pairs per pass over an expert's weights
+constexpr int kTileK = 1024;   // input columns staged in shared memory at a time
+
+// Stages rows src[row_of(r)] [kt, kt + len) for r < n into xs [kGroupRows, kTileK].
+__device__ __forceinline__ void stage_rows(float* xs, const float* src, const int64_t* rows, int n, int64_t K,
+                                           int64_t kt, int len) {
+  for (int i = threadIdx.x * 4; i < n * len; i += blockDim.x * 4) {
+    const int r = i / len, c = i - r * len;
+    *reinterpret_cast<float4*>(xs + r * kTileK + c) = *reinterpret_cast<const float4*>(src + rows[r] * K + kt + c);
+  }
+}
+
+// grid: (ceil(F / (kWarps * 2)), E); each warp two hidden units f of expert blockIdx.y, for all its
+// pairs. Needs H % 8 == 0 and 16-byte aligned rows.
+template <typename W>
+__global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            // [T * k, F]
+                                           const float* __restrict__ x,         // [T, H]
+                                           const int32_t* __restrict__ order,   // [T * k]
+                                           const int32_t* __restrict__ offsets, // [E + 1]
+                                           const void* const* __restrict__ gate, const void* const* __restrict__ up,
+                                           int k, int64_t H, int64_t F) {
+  constexpr int C = 2;
+  __shared__ __align__(16) float xs[kGroupRows * kTileK];
+  __shared__ int64_t tok[kGroupRows], pair[kGroupRows];
+  const int e = blockIdx.y, begin = offsets[e], end = offsets[e + 1];
+  if (begin == end) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t f0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
+  const W* g = static_cast<const W*>(gate[e]);
+  const W* u = static_cast<const W*>(up[e]);
+  const W* gr[C];
+  const W* ur[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t f = f0 + c < F ? f0 + c : F - 1;  // tail: read, drop
+    gr[c] = g + f * H;
+    ur[c] = u + f * H;
+  }
+  for (int p0 = begin; p0 < end; p0 += kGroupRows) {
+    const int n = end - p0 < kGroupRows ? end - p0 : kGroupRows;
+    __syncthreads();  // the previous pass no longer reads tok, xs
+    if (threadIdx.x < n) {
+      pair[threadIdx.x] = order[p0 + threadIdx.x];
+      tok[threadIdx.x] = pair[threadIdx.x] / k;
+    }
+    float ag[kGroupRows][C], au[kGroupRows][C];
+#pragma unroll
+    for (int r = 0; r < kGroupRows; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) ag[r][c] = au[r][c] = 0.0f;
+    for (int64_t kt = 0; kt < H; kt += kTileK) {
+      const int len = int(H - kt < kTileK ? H - kt : kTileK);
+      __syncthreads();
+      stage_rows(xs, x, tok, n, H, kt, len);
+      __syncthreads();
+      if (f0 >= F) continue;
+      for (int kk = lane * 8; kk < len; kk += 256) {
+        float wg[C][8], wu[C][8];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          load8(gr[c] + kt + kk, wg[c]);
+          load8(ur[c] + kt + kk, wu[c]);
+        }
+#pragma unroll
+        for (int r = 0; r < kGroupRows; ++r) {
+          if (r >= n) break;
+          const float4 a = *reinterpret_cast<const float4*>(xs + r * kTileK + kk);
+          const float4 b = *reinterpret_cast<const float4*>(xs + r * kTileK + kk + 4);
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            ag[r][c] += a.x * wg[c][0] + a.y * wg[c][1] + a.z * wg[c][2] + a.w * wg[c][3] + b.x * wg[c][4] +
+                        b.y * wg[c][5] + b.z * wg[c][6] + b.w * wg[c][7];
+            au[r][c] += a.x * wu[c][0] + a.y * wu[c][1] + a.z * wu[c][2] + a.w * wu[c][3] + b.x * wu[c][4] +
+                        b.y * wu[c][5] + b.z * wu[c][6] + b.w * wu[c][7];
+          }
+        }
+      }
+    }
+    if (f0 >= F) continue;
+#pragma unroll
+    for (int r = 0; r < kGroupRows; ++r) {
+      if (r >= n) break;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const float sg = warp_sum(ag[r][c]), su = warp_sum(au[r][c]);
+        if (lane == 0 && f0 + c < F) hbuf[pair[r] * F + f0 + c] = siluf(sg) * su;
+      }
+    }
+  }
+}
+
+// grid: (ceil(H / (kWarps * 4)), E); each warp four outputs c of expert blockIdx.y, for all its
+// pairs: ybuf[p, c] = weight_p * down_e[c] . h[p]. Needs F % 8 == 0 and 16-byte aligned rows.
+template <typename W>
+__global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             // [T * k, H]
+                                        const float* __restrict__ hbuf,       // [T * k, F]
+                                        const int32_t* __restrict__ order,    // [T * k]
+                                        const int32_t* __restrict__ offsets,  // [E + 1]
+                                        const float* __restrict__ weights,    // [T * k]
+                                        const void* const* __restrict__ down, int64_t H, int64_t F) {
+  constexpr int C = 4;
+  __shared__ __align__(16) float xs[kGroupRows * kTileK];
+  __shared__ int64_t pair[kGroupRows];
+  const int e = blockIdx.y, begin = offsets[e], end = offsets[e + 1];
+  if (begin == end) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t c0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
+  const W* d = static_cast<const W*>(down[e]);
+  const W* dr[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) dr[c] = d + (c0 + c < H ? c0 + c : H - 1) * F;
+  for (int p0 = begin; p0 < end; p0 += kGroupRows) {
+    const int n = end - p0 < kGroupRows ? end - p0 : kGroupRows;
+    __syncthreads();
+    if (threadIdx.x < n) pair[threadIdx.x] = order[p0 + threadIdx.x];
+    float acc[kGroupRows][C];
+#pragma unroll
+    for (int r = 0; r < kGroupRows; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
+    for (int64_t kt = 0; kt < F; kt += kTileK) {
+      const int len = int(F - kt < kTileK ? F - kt : kTileK);
+      __syncthreads();
+      stage_rows(xs, hbuf, pair, n, F, kt, len);
+      __syncthreads();
+      if (c0 >= H) continue;
+      for (int kk = lane * 8; kk < len; kk += 256) {
+        float wf[C][8];
+#pragma unroll
+        for (int c = 0; c < C; ++c) load8(dr[c] + kt + kk, wf[c]);
+#pragma unroll
+        for (int r = 0; r < kGroupRows; ++r) {
+          if (r >= n) break;
+          const float4 a = *reinterpret_cast<const float4*>(xs + r * kTileK + kk);
+          const float4 b = *reinterpret_cast<const float4*>(xs + r * kTileK + kk + 4);
+#pragma unroll
+          for (int c = 0; c < C; ++c)
+            acc[r][c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
+                         b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+        }
+      }
+    }
+    if (c0 >= H) continue;
+#pragma unroll
+    for (int r = 0; r < kGroupRows; ++r) {
+      if (r >= n) break;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const float sum = warp_sum(acc[r][c]);
+        if (lane == 0 && c0 + c < H) ybuf[pair[r] * H + c0 + c] = weights[pair[r]] * sum;
+      }
+    }
+  }
+}
+
 // out[t, c] = sum over j in order of ybuf[t * k + j, c].
 __global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict__ ybuf, int k, int64_t T, int64_t H) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * H; i += int64_t(gridDim.x) * blockDim.x) {
@@ -159,14 +359,36 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   auto* hbuf = static_cast<float*>(ctx.scratch->get(kSlotMoeHidden, size_t(P * F) * 4));
   auto* ybuf = static_cast<float*>(ctx.scratch->get(kSlotMoePartial, size_t(P * H) * 4));
   vec_f = vec_f && aligned16(hbuf);
-  dispatch_weight(wt, "moe_experts", [&]<typename W>() {
-    moe_gate_up_kernel<W><<<dim3(unsigned(ceil_div(F, kWarps)), unsigned(P)), kWarps * 32, 0, ctx.stream>>>(
-        hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+  if (vec_h && vec_f) {
+    // group the pairs by expert: counts [E] | offsets [E + 1] | cursor [E] | order [P]
+    auto* idx = static_cast<int32_t*>(ctx.scratch->get(kSlotMoeIndex, (3 * E + 1 + size_t(P)) * 4));
+    int32_t *counts = idx, *offsets = idx + E, *cursor = offsets + E + 1, *order = cursor + E;
+    CUDA_CHECK(cudaMemsetAsync(counts, 0, E * 4, ctx.stream));
+    const unsigned pair_blocks = unsigned(std::min<int64_t>(ceil_div(P, 256), 1024));
+    moe_count_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(counts, ids.as<const int32_t>(), P);
     CUDA_CHECK_LAUNCH();
-    moe_down_kernel<W><<<dim3(unsigned(ceil_div(H, kWarps)), unsigned(P)), kWarps * 32, 0, ctx.stream>>>(
-        ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, H, F, vec_f);
+    moe_offsets_kernel<<<1, 1024, 0, ctx.stream>>>(offsets, cursor, counts, int(E));
     CUDA_CHECK_LAUNCH();
-  });
+    moe_scatter_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(order, cursor, ids.as<const int32_t>(), P);
+    CUDA_CHECK_LAUNCH();
+    dispatch_weight(wt, "moe_experts", [&]<typename W>() {
+      moe_gate_up_grouped_kernel<W><<<dim3(unsigned(ceil_div(F, kWarps * 2)), unsigned(E)), kWarps * 32, 0,
+                                      ctx.stream>>>(hbuf, x.f32(), order, offsets, table, table + E, k, H, F);
+      CUDA_CHECK_LAUNCH();
+      moe_down_grouped_kernel<W><<<dim3(unsigned(ceil_div(H, kWarps * 4)), unsigned(E)), kWarps * 32, 0,
+                                   ctx.stream>>>(ybuf, hbuf, order, offsets, weights.f32(), table + 2 * E, H, F);
+      CUDA_CHECK_LAUNCH();
+    });
+  } else {
+    dispatch_weight(wt, "moe_experts", [&]<typename W>() {
+      moe_gate_up_kernel<W><<<dim3(unsigned(ceil_div(F, kWarps)), unsigned(P)), kWarps * 32, 0, ctx.stream>>>(
+          hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+      CUDA_CHECK_LAUNCH();
+      moe_down_kernel<W><<<dim3(unsigned(ceil_div(H, kWarps)), unsigned(P)), kWarps * 32, 0, ctx.stream>>>(
+          ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, H, F, vec_f);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
   moe_sum_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream>>>(out.f32(), ybuf, k,
                                                                                                    T, H);
   CUDA_CHECK_LAUNCH();

@@ -26,7 +26,7 @@ namespace kestrel {
 namespace {
 
 constexpr int64_t kChunk = int64_t(1) << 20;  // elements per independently seeded stream
-constexpr int64_t kBatch = 16;                // chunks generated in parallel before a write
+constexpr int64_t kBatch = 64;                // chunks generated in parallel before a write
 
 uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -104,24 +104,52 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Generates `spec` chunk by chunk (in parallel) and hands each batch of bytes to `sink`.
+// Generates specs [first, last) in order. Each tensor is cut into chunks of kChunk elements, each
+// drawn from its own stream (seed, tensor name, chunk index), so the values do not depend on the
+// thread count; up to kBatch chunks are generated in parallel at a time, across tensor boundaries
+// (a mixture of experts has thousands of one-chunk tensors). sink(i, data, nbytes) receives each
+// tensor's bytes in order, an empty tensor once with no bytes.
 template <typename Sink>
-void generate(const TensorSpec& spec, uint64_t seed, ThreadPool& pool, std::vector<uint16_t>& buf, Sink&& sink) {
-  const int64_t n = numel(spec.shape);
-  const uint64_t base = splitmix64(seed) ^ fnv1a(spec.name);
-  if (n == 0) sink(buf.data(), 0);  // an empty tensor still has to be marked written
-  for (int64_t first = 0; first < n; first += kChunk * kBatch) {
-    const int64_t count = std::min(n - first, kChunk * kBatch);
-    const int64_t chunks = (count + kChunk - 1) / kChunk;
-    buf.resize(size_t(count));
-    pool.parallel_for(chunks, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        uint64_t s = base + uint64_t(first / kChunk + c);
-        const int64_t begin = c * kChunk, len = std::min(kChunk, count - begin);
-        fill_chunk(spec, splitmix64(s), buf.data() + begin, len);
+void generate(const std::vector<TensorSpec>& specs, size_t first, size_t last, uint64_t seed, ThreadPool& pool,
+              std::vector<uint16_t>& buf, Sink&& sink) {
+  struct Piece {
+    size_t spec;
+    int64_t chunk, offset, len;  // offset into buf, in elements
+  };
+  std::vector<Piece> batch;
+  size_t i = first;
+  int64_t c = 0;  // next chunk of spec i
+  while (i < last) {
+    batch.clear();
+    int64_t total = 0;
+    while (i < last && int64_t(batch.size()) < kBatch) {
+      const int64_t n = numel(specs[i].shape), begin = c * kChunk, len = std::min(kChunk, n - begin);
+      batch.push_back({i, c, total, len});
+      total += len;
+      if (begin + len >= n) {
+        ++i;
+        c = 0;
+      } else {
+        ++c;
+      }
+    }
+    buf.resize(size_t(total));
+    pool.parallel_for(int64_t(batch.size()), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const Piece& p = batch[size_t(b)];
+        if (p.len == 0) continue;
+        uint64_t sd = seed;  // splitmix64 advances its argument
+        uint64_t s = (splitmix64(sd) ^ fnv1a(specs[p.spec].name)) + uint64_t(p.chunk);
+        fill_chunk(specs[p.spec], splitmix64(s), buf.data() + p.offset, p.len);
       }
     });
-    sink(buf.data(), uint64_t(count) * 2);
+    for (size_t b = 0; b < batch.size();) {  // a tensor's pieces are consecutive in buf
+      size_t e = b;
+      int64_t len = 0;
+      while (e < batch.size() && batch[e].spec == batch[b].spec) len += batch[e++].len;
+      sink(batch[b].spec, buf.data() + batch[b].offset, uint64_t(len) * 2);
+      b = e;
+    }
   }
 }
 
@@ -353,12 +381,10 @@ RandomModelReport write_random_model(const RandomModelParams& params) {
       weight_map[specs[i].name] = shard.file;
     }
     writer.begin();
-    for (size_t i = shard.first; i < shard.last; ++i) {
-      generate(specs[i], params.seed, pool, buf, [&](const uint16_t* data, uint64_t nbytes) {
-        writer.write_chunk(specs[i].name, data, nbytes);
-        if (progress) progress->advance(nbytes);
-      });
-    }
+    generate(specs, shard.first, shard.last, params.seed, pool, buf, [&](size_t i, const uint16_t* data, uint64_t nbytes) {
+      writer.write_chunk(specs[i].name, data, nbytes);
+      if (progress) progress->advance(nbytes);
+    });
     writer.finish();
   }
   if (shards.size() > 1) {

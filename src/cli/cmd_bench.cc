@@ -308,9 +308,11 @@ const Registrar kReg{{
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
-               "models only the experts a step is expected to touch) against the measured copy bandwidth. --profile adds one recorded run of each test and prints its\n"
-               "time per step by phase (embedding, attention, deltanet, mlp/moe, head, other) and by op, and\n"
-               "the time between ops (host work the device waited for); device events time it on the GPU.",
+               "models only the experts a step is expected to touch) against the measured copy bandwidth.\n"
+               "--profile adds one recorded run of each test and prints its time per step by phase\n"
+               "(embedding, attention, deltanet, mlp/moe, head, other) and by op, and the time between ops\n"
+               "(host work the device waited for); device events time it on the GPU. Greedy decoding picks\n"
+               "each token on the backend (no logits come back).",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"p", "p", "LIST", "prompt lengths for pp tests (0 = none)", "512"},
                 {"n", "n", "LIST", "tokens per tg test (0 = none)", "128"},

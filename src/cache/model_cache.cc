@@ -25,7 +25,7 @@ CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
   for (int64_t n : cfg.layer_aux_state) c.bytes_per_slot += uint64_t(n) * 4;
   const int n_lin = cfg.count_layers(LayerKind::kLinearAttention);
   const auto& g = cfg.gdn;
-  c.bytes_per_slot = uint64_t(n_lin) * 4 *
+  c.bytes_per_slot += uint64_t(n_lin) * 4 *
                      (uint64_t(g.conv_dim()) * uint64_t(std::max(0, g.conv_kernel - 1)) +
                       uint64_t(g.n_v_heads) * g.k_head_dim * g.v_head_dim);
   return c;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cache/memory_plan.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -40,6 +41,11 @@ int serve_cmd(const Args& args) {
   mo.max_running = int32_t(args.get_int("max-running", 16, 1, 4096));
   mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
   mo.max_step_tokens = int32_t(args.get_int("step-tokens", 512, 1, 1 << 20));
+  mo.gpu_memory = args.get("gpu-memory", "");
+  if (!mo.gpu_memory.empty()) {  // refuse a bad value before loading
+    parse_memory_limit(mo.gpu_memory, "--gpu-memory");
+    if (mo.device != "cuda") bad_input("--gpu-memory needs --device cuda (the ", mo.device, " backend has no device memory to plan)");
+  }
   mo.prefix_cache = !args.flag("no-prefix-cache");
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   so.limits.max_prompt_tokens = std::min<int64_t>(so.limits.max_prompt_tokens, mo.max_context - 1);
@@ -85,6 +91,9 @@ const Registrar kReg{{
                 {"served-model-name", "", "NAME", "model name in the API", "the directory name"},
                 {"max-running", "", "N", "sequences batched together", "16"},
                 {"ctx", "", "N", "context length each sequence can reach (sizes the KV cache)", "8192"},
+                {"gpu-memory", "", "F|SIZE",
+                 "with --device cuda: the device memory the engine may use (0.9 = 90% of the GPU, or 60G); the KV "
+                 "cache takes what the weights, state slots and activations leave, at least --ctx tokens"},
                 {"step-tokens", "", "N", "token budget of one batched step", "512"},
                 {"no-prefix-cache", "", "", "disable prefix caching"},
                 {"max-concurrent", "", "N", "generation requests in flight before 429", "64"},

@@ -25,11 +25,15 @@ struct Scheduler::Seq {
 namespace {
 
 CacheSizing with_slots(const ModelConfig& cfg, CacheSizing sizing, const SchedulerConfig& sc) {
-  sizing.n_slots = cfg.has_sequence_state() ? sc.max_running + (sc.prefix_cache ? sc.max_checkpoints : 0) : 0;
+  sizing.n_slots = scheduler_slots(cfg, sc);
   return sizing;
 }
 
 }  // namespace
+
+int32_t scheduler_slots(const ModelConfig& cfg, const SchedulerConfig& sc) {
+  return cfg.has_sequence_state() ? sc.max_running + (sc.prefix_cache ? sc.max_checkpoints : 0) : 0;
+}
 
 Scheduler::Scheduler(Model& model, CacheSizing sizing, SchedulerConfig config)
     : model_(model), cfg_(config), runner_(model, with_slots(model.config(), sizing, config)),

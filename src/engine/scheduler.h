@@ -35,6 +35,10 @@ struct SchedulerConfig {
   int64_t max_queue = 256;          // waiting requests beyond this are refused (submit returns null)
 };
 
+// State slots a scheduler with config `sc` gives a model: one per running sequence plus the
+// prefix cache's checkpoints, when the model keeps per-sequence state; else none.
+int32_t scheduler_slots(const ModelConfig& cfg, const SchedulerConfig& sc);
+
 struct SchedulerMetrics {
   uint64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, prefix_hits = 0;

@@ -91,6 +91,8 @@ class Ops {
   virtual const char* name() const = 0;
   // A timer on this backend's clock (default: the host's steady clock).
   virtual std::unique_ptr<OpTimer> make_timer();
+  // The device's free and total memory; false for backends without device memory (the CPU).
+  virtual bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const { return false; }
   // The phase the next ops belong to (see PhaseScope); only profiles read it.
   void set_phase(Phase p) { phase_ = p; }
   Phase phase() const { return phase_; }

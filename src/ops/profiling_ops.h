@@ -41,6 +41,9 @@ class ProfilingOps final : public Ops {
   Device device() const override { return inner_.device(); }
   const char* name() const override { return inner_.name(); }
   std::unique_ptr<OpTimer> make_timer() override { return inner_.make_timer(); }
+  bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override {
+    return inner_.device_memory(free_bytes, total_bytes);
+  }
 
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override { return inner_.alloc(dtype, rows, cols); }
   Buffer upload(const Tensor& host) override { return inner_.upload(host); }

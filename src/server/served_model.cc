@@ -1,5 +1,8 @@
 #include "server/served_model.h"
 
+#include <cstdio>
+
+#include "cache/memory_plan.h"
 #include "cli/backend_select.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -33,14 +36,26 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
   if (auto eos = m->tokenizer->eos_id()) {
     if (std::find(m->stop_ids.begin(), m->stop_ids.end(), *eos) == m->stop_ids.end()) m->stop_ids.push_back(*eos);
   }
+  const SchedulerConfig sc{.max_running = o.max_running, .max_step_tokens = o.max_step_tokens,
+                           .prefill_chunk = 256, .prefix_cache = o.prefix_cache};
   CacheSizing sizing;
   sizing.block_size = 16;
   const int64_t per_seq = (o.max_context + sizing.block_size - 1) / sizing.block_size;
   sizing.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : int32_t(per_seq * o.max_running);
-  m->scheduler = std::make_unique<Scheduler>(
-      *m->loaded.model, sizing,
-      SchedulerConfig{.max_running = o.max_running, .max_step_tokens = o.max_step_tokens, .prefill_chunk = 256,
-                      .prefix_cache = o.prefix_cache});
+  if (!o.gpu_memory.empty()) {
+    if (o.kv_blocks > 0) bad_input("--gpu-memory and --kv-blocks both size the KV cache: give one of them");
+    const MemoryLimit limit = parse_memory_limit(o.gpu_memory, "--gpu-memory");
+    uint64_t free_bytes = 0, total_bytes = 0;
+    if (!m->ops->device_memory(free_bytes, total_bytes))
+      bad_input("--gpu-memory needs --device cuda (the ", m->ops->name(), " backend has no device memory to plan)");
+    const CachePlan plan = plan_cache(cfg, {.device_total = total_bytes, .device_free = free_bytes, .limit = limit,
+                                            .n_slots = scheduler_slots(cfg, sc), .max_context = o.max_context,
+                                            .max_step_tokens = o.max_step_tokens, .max_logit_rows = o.max_running,
+                                            .block_size = sizing.block_size});
+    sizing = plan.sizing;
+    std::fprintf(stderr, "kestrel serve: memory plan: %s\n", plan.summary().c_str());
+  }
+  m->scheduler = std::make_unique<Scheduler>(*m->loaded.model, sizing, sc);
   return m;
 }
 

@@ -32,6 +32,7 @@ struct ServeOptions {
   int32_t max_running = 16;
   int64_t max_context = 8192;   // tokens per sequence the KV pool is sized for
   int32_t kv_blocks = 0;        // 0: max_running x max_context / block
+  std::string gpu_memory;       // non-empty: size the KV pool from device memory (cache/memory_plan.h)
   int32_t max_step_tokens = 512;
   bool prefix_cache = true;
 };

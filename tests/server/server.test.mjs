@@ -350,6 +350,26 @@ test('bad requests: each a 4xx naming the problem, and the server keeps serving'
   assert.equal(ok.object, 'chat.completion');
 });
 
+test('serve refuses bad sizing flags by name before loading', () => {
+  const run = (...extra) => {
+    try {
+      execFileSync(BIN, ['serve', '-m', MODEL, '--port', '0', ...extra], { stdio: 'pipe', timeout: 20000 });
+      return { status: 0, err: '' };
+    } catch (e) {
+      return { status: e.status, err: e.stderr.toString() };
+    }
+  };
+  let r = run('--gpu-memory', '0.9');
+  assert.equal(r.status, 2);
+  assert.match(r.err, /--gpu-memory needs --device cuda/);
+  r = run('--gpu-memory', '1.5', '--device', 'cuda');
+  assert.equal(r.status, 2);
+  assert.match(r.err, /--gpu-memory '1.5': a fraction must be in \(0, 1\]/);
+  r = run('--gpu-memory', '60Q', '--device', 'cuda');
+  assert.equal(r.status, 2);
+  assert.match(r.err, /unknown unit/);
+});
+
 test('SIGTERM drains in-flight requests, then the server exits', async () => {
   const s = await startServer(['--drain-timeout', '30']);
   const inflight = post(s, '/v1/chat/completions', chatBody('drain me', { max_tokens: 40, ignore_eos: true }));

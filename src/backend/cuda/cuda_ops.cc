@@ -162,6 +162,14 @@ class EventTimer final : public OpTimer {
 
 }  // namespace
 
+bool CudaOps::device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const {
+  size_t f = 0, t = 0;
+  CUDA_CHECK(cudaMemGetInfo(&f, &t));
+  free_bytes = f;
+  total_bytes = t;
+  return true;
+}
+
 std::unique_ptr<OpTimer> CudaOps::make_timer() { return std::make_unique<EventTimer>(impl_->ctx.stream); }
 
 void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream)); }

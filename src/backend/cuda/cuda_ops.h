@@ -38,6 +38,7 @@ class CudaOps final : public Ops {
   Device device() const override { return Device::kCuda; }
   const char* name() const override { return "cuda"; }
   std::unique_ptr<OpTimer> make_timer() override;  // CUDA events on the stream
+  bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override;  // cudaMemGetInfo
 
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override;
   Buffer upload(const Tensor& host) override;

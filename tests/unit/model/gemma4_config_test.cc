@@ -169,6 +169,8 @@ TEST(Gemma4Config, SlidingLayersUseARingNotThePool) {
   // only the two full layers (2 KV heads x 512) take pool blocks: K and V, fp32, 16 rows
   EXPECT_EQ(costs.bytes_per_block, uint64_t(2) * 2 * (2 * 512) * 4 * 16);
   EXPECT_EQ(ring_rows(16, 16), 32);
+  // and each sequence's state slot holds the four sliding layers' rings (2 KV heads x 32, K and V)
+  EXPECT_EQ(costs.bytes_per_slot, uint64_t(4) * 2 * (2 * 32) * 4 * 32);
   CpuOps ops;
   ModelCache cache(c, ops, {.n_blocks = 4, .block_size = 16, .n_slots = 3});
   EXPECT_EQ(cache.kv(0).ring_rows, 32);

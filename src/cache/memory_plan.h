@@ -1,0 +1,51 @@
+// Memory plan: how many KV blocks and state slots fit in what a device may use.
+//
+// A limit on the whole engine's device memory (`--gpu-memory`: a fraction of the device or a
+// byte count) minus what is resident once the model is loaded, minus a reserve for the step's
+// activations and scratch, is the cache's budget: the state slots the scheduler needs first,
+// then as many KV blocks as fit. A plan that cannot hold one sequence of the requested context
+// is refused, naming the numbers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cache/model_cache.h"
+#include "model/config.h"
+
+namespace kestrel {
+
+// "0.9" (a fraction of the device, in (0, 1]) or "60G" / "60GiB" / "512M" / "123456789" (bytes).
+struct MemoryLimit {
+  double fraction = 0;  // > 0: this share of the device's memory
+  uint64_t bytes = 0;   // else: this many bytes
+};
+MemoryLimit parse_memory_limit(const std::string& text, const std::string& flag);
+
+struct CachePlanRequest {
+  uint64_t device_total = 0;   // the device's memory
+  uint64_t device_free = 0;    // free now, with the model loaded
+  MemoryLimit limit;
+  int32_t n_slots = 0;         // state slots the scheduler will ask for
+  int64_t max_context = 0;     // tokens one sequence must be able to reach
+  int32_t max_step_tokens = 0; // rows of the largest step (sizes the activation reserve)
+  int32_t max_logit_rows = 0;  // rows whose logits a step may produce
+  int32_t block_size = 16;
+};
+
+struct CachePlan {
+  CacheSizing sizing;
+  uint64_t limit = 0;          // bytes the engine may use
+  uint64_t in_use = 0;         // resident when planned (the weights, and anything else on the device)
+  uint64_t reserve = 0;        // kept for activations and scratch
+  uint64_t state_bytes = 0, kv_bytes = 0;
+  std::string summary() const;
+};
+
+// Bytes a step of `rows` rows (of which `logit_rows` produce logits) may need for activations and
+// scratch: a conservative estimate from the model's widths, at least 512 MiB.
+uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows);
+
+CachePlan plan_cache(const ModelConfig& cfg, const CachePlanRequest& r);
+
+}  // namespace kestrel

@@ -78,6 +78,7 @@ std::shared_ptr<Request> Scheduler::submit(std::vector<int32_t> prompt, RequestO
     bad_input("prompt (", prompt.size(), " tokens) plus max_tokens (", options.max_tokens,
               ") exceeds the KV cache capacity of ", capacity, " tokens");
   std::lock_guard<std::mutex> lock(mu_);
+  if (!fault_.empty()) fail(ErrorKind::kInternal, fault_);
   if (metrics_.waiting + int64_t(incoming_.size()) >= cfg_.max_queue) return nullptr;
   auto req = std::make_shared<Request>(next_id_++, std::move(prompt), std::move(options));
   incoming_.push_back(req);
@@ -280,7 +281,10 @@ bool Scheduler::step() {
       }
       break;
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kOutOfMemory) throw;
+      if (e.kind() != ErrorKind::kOutOfMemory) {
+        fail_step(owners, e);
+        break;
+      }
       if (running_.size() > 1) {
         preempt_newest();
         continue;
@@ -294,6 +298,34 @@ bool Scheduler::step() {
   ++metrics_.steps;
   publish_cache_state();
   return true;
+}
+
+std::string Scheduler::fault() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fault_;
+}
+
+void Scheduler::fail_step(const std::vector<Seq*>& owners, const std::exception& e) {
+  for (Seq* s : owners) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == s; });
+    if (it == running_.end()) continue;
+    finish(*s, FinishReason::kError, cat("the step computing this request failed: ", e.what()));
+    running_.erase(it);
+  }
+  const std::string fault = model_.ops().device_fault();
+  if (fault.empty()) return;
+  const std::string why = cat("the ", model_.ops().name(), " device failed (", fault, "); the engine stopped");
+  for (auto& s : running_) finish(*s, FinishReason::kError, why);
+  running_.clear();
+  for (auto& s : waiting_) finish(*s, FinishReason::kError, why);
+  waiting_.clear();
+  std::deque<std::shared_ptr<Request>> incoming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fault_ = why;
+    incoming.swap(incoming_);
+  }
+  for (auto& r : incoming) r->finish(FinishReason::kError, why);
 }
 
 void Scheduler::start() {

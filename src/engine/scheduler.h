@@ -72,6 +72,9 @@ class Scheduler {
 
   SchedulerMetrics metrics(bool take_latencies = true);
   int64_t max_prompt_tokens() const;
+  // Non-empty once the backend failed beyond recovery (a sticky device error): every request was
+  // ended with that error and submit() refuses new ones. Thread-safe.
+  std::string fault() const;
 
  private:
   struct Seq;
@@ -81,6 +84,10 @@ class Scheduler {
   void release(Seq& s);
   void reap_cancelled();
   void publish_cache_state();  // under mu_
+  // A step failed with `e`: its sequences end with the error and give back what they held; when
+  // the backend reports a fault, everything else ends too and the scheduler stops taking work.
+  void fail_step(const std::vector<Seq*>& owners, const std::exception& e);
+  std::string fault_;  // guarded by mu_
 
   Model& model_;
   SchedulerConfig cfg_;

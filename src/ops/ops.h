@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -91,6 +92,8 @@ class Ops {
   virtual const char* name() const = 0;
   // A timer on this backend's clock (default: the host's steady clock).
   virtual std::unique_ptr<OpTimer> make_timer();
+  // Non-empty when the backend can compute no more (a sticky device error): what went wrong.
+  virtual std::string device_fault() const { return {}; }
   // The device's free and total memory; false for backends without device memory (the CPU).
   virtual bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const { return false; }
   // The phase the next ops belong to (see PhaseScope); only profiles read it.

@@ -124,10 +124,15 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
   });
 
   I.http.Get("/health", [&I](const httplib::Request&, httplib::Response& res) {
-    if (I.stopping) {
+    const auto m = I.current();
+    const std::string fault = m ? m->scheduler->fault() : std::string();
+    if (!fault.empty()) {
+      res.status = 503;
+      res.set_content(nlohmann::json{{"status", "failed"}, {"error", fault}}.dump(), "application/json");
+    } else if (I.stopping) {
       res.status = 503;
       res.set_content(R"({"status":"stopping"})", "application/json");
-    } else if (!I.current()) {
+    } else if (!m) {
       res.status = 503;
       res.set_content(R"({"status":"loading"})", "application/json");
     } else {
@@ -292,6 +297,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
     for (int i = 0; i < params.n; ++i) {
       RequestOptions o = params.options;
       o.sampling.seed += uint64_t(i);
+      if (const std::string fault = m->scheduler->fault(); !fault.empty()) throw_api(503, fault, "", "service_unavailable");
       auto r = m->scheduler->submit(prompt, o);
       if (!r) {
         for (auto& c : choices) c->request()->cancel();

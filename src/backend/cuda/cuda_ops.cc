@@ -162,6 +162,12 @@ class EventTimer final : public OpTimer {
 
 }  // namespace
 
+std::string CudaOps::device_fault() const {
+  const cudaError_t e = cudaStreamQuery(impl_->ctx.stream);
+  if (e == cudaSuccess || e == cudaErrorNotReady) return {};
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
 bool CudaOps::device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const {
   size_t f = 0, t = 0;
   CUDA_CHECK(cudaMemGetInfo(&f, &t));

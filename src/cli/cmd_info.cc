@@ -31,7 +31,9 @@ void print_text(const ModelInfo& info) {
   }
   int moe_layers = 0;
   for (bool m : c.layer_moe) moe_layers += m;
-  if (moe_layers < c.n_layers) row("mlp", cat("SwiGLU ", c.ffn_size, " on ", c.n_layers - moe_layers, " layers"));
+  const char* glu = c.arch == "gemma4" ? "GeGLU " : "SwiGLU ";
+  if (c.arch == "gemma4") row("mlp", cat(glu, c.ffn_size, " on ", c.n_layers, " layers"));  // MoE sits beside it
+  else if (moe_layers < c.n_layers) row("mlp", cat(glu, c.ffn_size, " on ", c.n_layers - moe_layers, " layers"));
   if (moe_layers > 0) {
     row("experts", cat(c.moe.n_experts, " (top-", c.moe.top_k, ", ffn ", c.moe.expert_ffn,
                        c.moe.shared_ffn ? cat(", shared ", c.moe.shared_ffn) : std::string(), ") on ", moe_layers,
@@ -42,11 +44,21 @@ void print_text(const ModelInfo& info) {
     row("not used", cat(info.n_other_tensors, " tensors, ", human_count(double(info.other_params)),
                         " parameters (vision tower, MTP, ...)"));
   row("weights", cat(human_bytes(double(info.weight_bytes)), " (", info.weight_dtypes, ")"));
-  row("kv cache", cat(human_bytes(double(info.kv_bytes_per_token)), " per token (", n_attn,
-                      " attention layers, F32)"));
-  if (info.state_bytes_per_seq > 0)
-    row("state", cat(human_bytes(double(info.state_bytes_per_seq)), " per sequence (",
-                     c.count_layers(LayerKind::kLinearAttention), " linear-attention layers, F32)"));
+  // layers that own paged KV blocks, and those whose K/V live in a per-sequence ring
+  int paged = 0, rings = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (!c.is_attention(l) || c.kv_source(l) != l) continue;
+    (c.window_for(l) > 0 ? rings : paged) += 1;
+  }
+  row("kv cache", cat(human_bytes(double(info.kv_bytes_per_token)), " per token (", paged,
+                      paged == 1 ? " attention layer, F32)" : " attention layers, F32)"));
+  if (info.state_bytes_per_seq > 0) {
+    std::string parts;
+    const int n_lin = c.count_layers(LayerKind::kLinearAttention);
+    if (n_lin > 0) parts = cat(n_lin, " linear-attention layers");
+    if (rings > 0) parts += cat(parts.empty() ? "" : ", ", rings, " sliding-window rings");
+    row("state", cat(human_bytes(double(info.state_bytes_per_seq)), " per sequence (", parts, ", F32)"));
+  }
   row("memory", cat(human_bytes(double(info.total_bytes)), " for ", info.plan.seqs, " x ", info.plan.ctx,
                     " tokens: weights ", human_bytes(double(info.weight_bytes)), " + KV ",
                     human_bytes(double(info.kv_bytes)), " + state ", human_bytes(double(info.state_bytes)),

@@ -44,7 +44,9 @@ TEST(TokenizerNfc, MatchesPythonUnicodedata) {
     std::string out;
     tok::append_nfc(out, text);
     EXPECT_EQ(out, expected) << nlohmann::json(text).dump();
-    if (tok::nfc_quick_check(text)) EXPECT_EQ(text, expected);
+    if (tok::nfc_quick_check(text)) {
+      EXPECT_EQ(text, expected);
+    }
     changed += text != expected;
   }
   EXPECT_GT(changed, 100);

@@ -23,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "engine/runner.h"
 #include "model/loader.h"
+#include "cli/profile_print.h"
 #include "ops/profiling_ops.h"
 
 namespace kestrel::cli {
@@ -73,38 +74,6 @@ double measure_device_copy_bandwidth(Ops& ops) {
 Stats summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
-}
-
-// The profile of the steps recorded since the last clear(): device (or, on the CPU, wall) time
-// per step by phase and by op, and the time between ops (host work the device waited for).
-nlohmann::json print_profile(const std::string& test, int64_t batch, const OpProfile& p) {
-  const double steps = double(std::max<int64_t>(p.steps, 1));
-  auto ms = [&](double s) { return 1e3 * s / steps; };
-  std::printf("  profile of %s, batch %ld: %ld steps, %.3f ms per step\n", test.c_str(), long(batch), long(p.steps),
-              ms(p.span));
-  nlohmann::json phases = nlohmann::json::object(), ops = nlohmann::json::object();
-  for (int i = 0; i < kNumPhases; ++i) {
-    const auto& r = p.by_phase[i];
-    if (r.calls == 0) continue;
-    std::printf("    %-12s %9.3f ms %6.1f%%  %7.1f ops/step\n", phase_name(Phase(i)), ms(r.seconds),
-                100.0 * r.seconds / p.span, double(r.calls) / steps);
-    phases[phase_name(Phase(i))] = {{"ms_per_step", ms(r.seconds)}, {"ops_per_step", double(r.calls) / steps}};
-  }
-  const double between = std::max(0.0, p.span - p.in_ops);
-  std::printf("    %-12s %9.3f ms %6.1f%%  (host work and launch gaps)\n", "between ops", ms(between),
-              100.0 * between / p.span);
-  std::vector<std::pair<std::string, OpProfile::Row>> by_op(p.by_op.begin(), p.by_op.end());
-  std::sort(by_op.begin(), by_op.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::printf("    ops:");
-  for (size_t i = 0; i < by_op.size(); ++i) {
-    const auto& [name, r] = by_op[i];
-    ops[name] = {{"ms_per_step", ms(r.seconds)}, {"calls_per_step", double(r.calls) / steps}};
-    if (i < 8) std::printf(" %s %.3f ms (%.0f%%)%s", name.c_str(), ms(r.seconds), 100.0 * r.seconds / p.span,
-                           i + 1 < std::min<size_t>(8, by_op.size()) ? "," : "");
-  }
-  std::printf("\n");
-  return {{"steps", p.steps}, {"ms_per_step", ms(p.span)}, {"between_ops_ms_per_step", ms(between)},
-          {"phases", phases}, {"ops", ops}};
 }
 
 // Weight bytes a step over `rows` rows must read. A mixture-of-experts model reads only the routed
@@ -279,7 +248,7 @@ int bench_cmd(const Args& args) {
   if (!profiled.empty()) std::printf("\nphase profile (%s time per step, one recorded run after the timed ones):\n",
                                      ops->device() == Device::kCpu ? "wall" : "device");
   for (const auto& p : profiled) {
-    nlohmann::json j = print_profile(p.test, p.batch, p.profile);
+    nlohmann::json j = print_profile(stdout, cat(p.test, ", batch ", p.batch), p.profile);
     j["test"] = p.test;
     j["batch"] = p.batch;
     profiles.push_back(j);

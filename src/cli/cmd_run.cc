@@ -3,6 +3,7 @@
 
 #include "cli/backend_select.h"
 #include "cli/command.h"
+#include "cli/profile_print.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
@@ -36,7 +37,14 @@ int run_cmd(const Args& args) {
   opts.sampling.top_k = int(args.get_int("top-k", 0, 0, 1 << 24));
   opts.sampling.top_p = float(args.get_double("top-p", 1.0, 1e-6, 1.0));
   opts.sampling.seed = uint64_t(args.get_int("seed", 0, 0, INT64_MAX));
-  auto ops = make_backend(args.get("device", "cpu"));
+  auto backend = make_backend(args.get("device", "cpu"));
+  std::unique_ptr<ProfilingOps> profiler;  // --profile: every op timed, printed at the end
+  Ops* ops = backend.get();
+  if (args.flag("profile")) {
+    profiler = std::make_unique<ProfilingOps>(*backend);
+    profiler->set_recording(true);
+    ops = profiler.get();
+  }
   LoadedModel lm = load_model(dir, *ops);
   if (!args.flag("ignore-eos")) {
     opts.stop_token_ids = lm.config().eos_token_ids;
@@ -60,6 +68,13 @@ int run_cmd(const Args& args) {
     for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? ", " : "", r.tokens[i]);
     std::printf("]\n");
   }
+  if (profiler) {
+    profiler->set_recording(false);
+    profiler->collect();
+    std::fprintf(stderr, "phase profile (%s time, prefill and decode steps together):\n",
+                 backend->device() == Device::kCpu ? "wall" : "device");
+    print_profile(stderr, cat(r.tokens.size(), " generated tokens"), profiler->profile());
+  }
   if (args.flag("stats")) {
     std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.2f tok/s)\n",
                  prompt.size(), r.prefill_seconds, double(prompt.size()) / r.prefill_seconds, r.tokens.size(),
@@ -78,6 +93,7 @@ const Registrar kReg{{
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"prompt", "p", "TEXT", "prompt text (tokenized with the model's tokenizer, BOS/EOS as its post-processor adds)"},
                 {"prompt-ids", "", "IDS", "comma-separated prompt token ids"},
+                {"profile", "", "", "print a phase profile of the run (time per step by phase and by op) to stderr"},
                 {"tokenizer", "", "PATH", "tokenizer.json or its directory, for --prompt", "the model directory"},
                 {"no-special", "", "", "do not add the tokenizer's special tokens (BOS) to --prompt"},
                 {"n", "n", "N", "tokens to generate", "16"},

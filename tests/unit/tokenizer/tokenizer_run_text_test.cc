@@ -36,6 +36,19 @@ TEST(TokenizerRunText, TextPromptMatchesTheSameIdsAndDecodes) {
   EXPECT_EQ(text_out, decoded);
 }
 
+// --profile times every op of the run and prints the phases to stderr; the tokens are unchanged.
+TEST(TokenizerRunText, ProfileLeavesTheTokensAlone) {
+  const std::string m = data_path("fixtures/qwen3_5_moe");
+  auto [rc, plain] = sh("run -m " + m + " --prompt-ids 1,2,3,4,5 -n 6 2>/dev/null");
+  ASSERT_EQ(rc, 0) << plain;
+  auto [rc_p, profiled] = sh("run -m " + m + " --prompt-ids 1,2,3,4,5 -n 6 --profile");
+  ASSERT_EQ(rc_p, 0) << profiled;
+  EXPECT_NE(profiled.find(plain.substr(0, plain.find(']') + 1)), std::string::npos) << profiled;
+  EXPECT_NE(profiled.find("profile of 6 generated tokens: 6 steps"), std::string::npos) << profiled;
+  for (const char* phase : {"deltanet", "mlp/moe", "attention", "head", "between ops"})
+    EXPECT_NE(profiled.find(phase), std::string::npos) << phase;
+}
+
 TEST(TokenizerRunText, ClearErrors) {
   auto [rc, out] = sh("run -m " + data_path("fixtures/qwen3") + " --prompt hi -n 2");
   EXPECT_NE(rc, 0);

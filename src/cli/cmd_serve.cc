@@ -6,6 +6,7 @@
 
 #include "cache/memory_plan.h"
 #include "cli/command.h"
+#include "cli/profile_print.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "server/server.h"
@@ -47,6 +48,7 @@ int serve_cmd(const Args& args) {
     if (mo.device != "cuda") bad_input("--gpu-memory needs --device cuda (the ", mo.device, " backend has no device memory to plan)");
   }
   mo.prefix_cache = !args.flag("no-prefix-cache");
+  mo.profile = args.flag("profile");
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   so.limits.max_prompt_tokens = std::min<int64_t>(so.limits.max_prompt_tokens, mo.max_context - 1);
 
@@ -61,8 +63,10 @@ int serve_cmd(const Args& args) {
     srv.stop();
   });
   int rc = 0;
+  ProfilingOps* profiler = nullptr;
   try {
     auto model = server::load_served_model(dir, mo);
+    profiler = model->profiler;
     std::fprintf(stderr, "kestrel serve: ready: model '%s'\n", model->name.c_str());
     srv.set_model(std::move(model));
   } catch (const Error& e) {
@@ -72,6 +76,12 @@ int serve_cmd(const Args& args) {
   }
   http.join();
   watcher.join();
+  if (profiler) {  // the scheduler has stopped: nothing runs on the backend any more
+    profiler->set_recording(false);
+    profiler->collect();
+    std::fprintf(stderr, "kestrel serve: phase profile of the served steps:\n");
+    print_profile(stderr, "every step", profiler->profile());
+  }
   std::fprintf(stderr, "kestrel serve: stopped\n");
   return rc;
 }
@@ -91,6 +101,7 @@ const Registrar kReg{{
                 {"served-model-name", "", "NAME", "model name in the API", "the directory name"},
                 {"max-running", "", "N", "sequences batched together", "16"},
                 {"ctx", "", "N", "context length each sequence can reach (sizes the KV cache)", "8192"},
+                {"profile", "", "", "time every op; print the phase profile of all steps when the server stops"},
                 {"gpu-memory", "", "F|SIZE",
                  "with --device cuda: the device memory the engine may use (0.9 = 90% of the GPU, or 60G); the KV "
                  "cache takes what the weights, state slots and activations leave, at least --ctx tokens"},

@@ -6,7 +6,11 @@
 namespace kestrel::cli {
 
 nlohmann::json print_profile(FILE* out, const std::string& label, const OpProfile& p) {
-  const double steps = double(std::max<int64_t>(p.steps, 1));
+  if (p.steps == 0 || p.span <= 0) {
+    std::fprintf(out, "  profile of %s: no steps recorded\n", label.c_str());
+    return {{"steps", 0}};
+  }
+  const double steps = double(p.steps);
   auto ms = [&](double s) { return 1e3 * s / steps; };
   std::fprintf(out, "  profile of %s: %ld steps, %.3f ms per step\n", label.c_str(), long(p.steps), ms(p.span));
   nlohmann::json phases = nlohmann::json::object(), ops = nlohmann::json::object();

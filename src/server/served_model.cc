@@ -27,6 +27,13 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
     m->chat_template.reset();  // no template: completions only
   }
   m->ops = cli::make_backend(o.device);
+  if (o.profile) {  // the model runs on a wrapper that times every op on the backend's clock
+    m->backend = std::move(m->ops);
+    auto p = std::make_unique<ProfilingOps>(*m->backend);
+    p->set_recording(true);
+    m->profiler = p.get();
+    m->ops = std::move(p);
+  }
   m->loaded = load_model(dir, *m->ops);
   const ModelConfig& cfg = m->loaded.config();
   if (m->tokenizer->vocab_size() > cfg.vocab_size)

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "ops/profiling_ops.h"
+
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
 #include "engine/scheduler.h"
@@ -17,7 +19,9 @@ namespace kestrel::server {
 struct ServedModel {
   std::string name;  // as reported by /v1/models and checked against "model" in requests
   std::string dir;
-  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Ops> backend;   // the device backend, when `ops` wraps it (--profile)
+  std::unique_ptr<Ops> ops;       // what the model runs on
+  ProfilingOps* profiler = nullptr;  // = ops when profiling
   LoadedModel loaded;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<chat::ChatTemplate> chat_template;  // absent: /v1/chat/completions is refused
@@ -35,6 +39,7 @@ struct ServeOptions {
   std::string gpu_memory;       // non-empty: size the KV pool from device memory (cache/memory_plan.h)
   int32_t max_step_tokens = 512;
   bool prefix_cache = true;
+  bool profile = false;         // time every op (ProfilingOps); printed when the server stops
 };
 
 // Loads the model, its tokenizer (required) and chat template (optional) from DIR.

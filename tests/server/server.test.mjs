@@ -381,3 +381,15 @@ test('SIGTERM drains in-flight requests, then the server exits', async () => {
   assert.equal(r.json.usage.completion_tokens, 40);
   assert.equal(await exited, 0);
 });
+
+test('serve --profile prints the phase profile of the served steps when it stops', async () => {
+  const s = await startServer(['--profile']);
+  const r = await post(s, '/v1/completions', { prompt: 'profile me', max_tokens: 5, temperature: 0, ignore_eos: true });
+  assert.equal(r.status, 200, r.text);
+  const exited = new Promise((resolve) => s.proc.on('exit', (code) => resolve(code)));
+  s.proc.kill('SIGTERM');
+  assert.equal(await exited, 0);
+  assert.match(s.log(), /phase profile of the served steps/);
+  assert.match(s.log(), /profile of every step: \d+ steps/);
+  assert.match(s.log(), /deltanet/);
+});

@@ -4,15 +4,11 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "ops/ops.h"
+
 namespace kestrel {
 
-int32_t argmax(const float* logits, int64_t vocab) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) best = int32_t(i);
-  }
-  return best;
-}
+int32_t argmax(const float* logits, int64_t vocab) { return first_argmax(logits, vocab); }
 
 static double log_sum_exp(const float* logits, int64_t vocab) {
   float mx = logits[argmax(logits, vocab)];

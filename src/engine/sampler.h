@@ -40,8 +40,8 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;
 };
 
-// Index of the largest logit; ties go to the lowest index (as torch.argmax); NaN is never chosen
-// over a number. Ops::argmax computes the same on a backend.
+// Index of the largest logit: first_argmax (ops/ops.h), ties to the lowest index as torch.argmax;
+// Ops::argmax computes the same on a backend.
 int32_t argmax(const float* logits, int64_t vocab);
 
 // log-softmax value of `token`, and the k most likely (token, logprob) pairs, of raw logits.

@@ -315,17 +315,24 @@ void Scheduler::fail_step(const std::vector<Seq*>& owners, const std::exception&
   const std::string fault = model_.ops().device_fault();
   if (fault.empty()) return;
   const std::string why = cat("the ", model_.ops().name(), " device failed (", fault, "); the engine stopped");
-  for (auto& s : running_) finish(*s, FinishReason::kError, why);
-  running_.clear();
-  for (auto& s : waiting_) finish(*s, FinishReason::kError, why);
-  waiting_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fault_ = why;  // submit() refuses from here on
+  }
+  end_all(FinishReason::kError, why);
+}
+
+void Scheduler::end_all(FinishReason reason, const std::string& why) {
   std::deque<std::shared_ptr<Request>> incoming;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fault_ = why;
     incoming.swap(incoming_);
   }
-  for (auto& r : incoming) r->finish(FinishReason::kError, why);
+  for (auto& r : incoming) r->finish(reason, why);
+  for (auto& s : running_) finish(*s, reason, why);
+  for (auto& s : waiting_) finish(*s, reason, why);
+  running_.clear();
+  waiting_.clear();
 }
 
 void Scheduler::start() {
@@ -355,17 +362,7 @@ void Scheduler::stop() {
   wake_.notify_all();
   if (!thread_.joinable()) return;
   thread_.join();
-  // Nothing will step these any more: end them so their waiters return.
-  std::deque<std::shared_ptr<Request>> incoming;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    incoming.swap(incoming_);
-  }
-  for (auto& r : incoming) r->finish(FinishReason::kCancelled, "the server is shutting down");
-  for (auto& s : running_) finish(*s, FinishReason::kCancelled, "the server is shutting down");
-  for (auto& s : waiting_) finish(*s, FinishReason::kCancelled, "the server is shutting down");
-  running_.clear();
-  waiting_.clear();
+  end_all(FinishReason::kCancelled, "the server is shutting down");  // nothing will step these any more
 }
 
 bool Scheduler::idle() const {

@@ -87,6 +87,9 @@ class Scheduler {
   // A step failed with `e`: its sequences end with the error and give back what they held; when
   // the backend reports a fault, everything else ends too and the scheduler stops taking work.
   void fail_step(const std::vector<Seq*>& owners, const std::exception& e);
+  // Ends every request (incoming, waiting, running) with `reason` and `why`. On the scheduler
+  // thread, or after it has stopped.
+  void end_all(FinishReason reason, const std::string& why);
   std::string fault_;  // guarded by mu_
 
   Model& model_;

@@ -7,6 +7,7 @@
 // or F32 matrices [out, in]. An op may write its output over an input only where it says so.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,6 +66,16 @@ struct ExpertWeights {
   Activation act = Activation::kSilu;
   Tensor expert_scale;  // F32 [1, E] or empty: routing weight of expert e multiplied by expert_scale[e]
 };
+
+// The index of the largest of x[0, n): the first on ties, NaN never chosen over a number (0 when
+// there is nothing else). Ops::argmax computes this per row; the sampler's greedy pick is it too.
+inline int32_t first_argmax(const float* x, int64_t n) {
+  int32_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best] || (std::isnan(x[best]) && !std::isnan(x[i]))) best = int32_t(i);
+  }
+  return best;
+}
 
 // The part of the forward pass an op belongs to, for profiles. The model code marks it with a
 // PhaseScope; ops outside any mark count as kOther.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "engine/generate.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "support/paths.h"
@@ -28,6 +29,18 @@ inline std::vector<int32_t> reference_prompt(const std::string& family, int p) {
   const TensorInfo& t = ref.tensors().at("p" + std::to_string(p) + ".ids");
   const int32_t* ids = reinterpret_cast<const int32_t*>(t.data);
   return std::vector<int32_t>(ids, ids + t.numel());
+}
+
+// The first n tokens `model` generates for `prompt` decoding alone (64-token prefill chunks): what
+// a batched or scheduled run of the same request must reproduce.
+inline std::vector<int32_t> decode_alone(Model& model, const std::vector<int32_t>& prompt, int n,
+                                         SamplingParams sampling = {}) {
+  Runner r(model, cpu_cache_sizing(model.config(), 1, int64_t(prompt.size()) + n));
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.sampling = sampling;
+  o.prefill_chunk = 64;
+  return generate(r, prompt, o).tokens;
 }
 
 }  // namespace kestrel::test

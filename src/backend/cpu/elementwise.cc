@@ -176,14 +176,7 @@ void softcap(const Tensor& x, float cap) {
 
 void argmax(const Tensor& ids, const Tensor& x) {
   KCHECK(ids.dtype == DType::kI32 && x.dtype == DType::kF32 && ids.rows == x.rows && ids.cols == 1);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* row = x.f32() + r * x.cols;
-    int32_t best = 0;
-    for (int64_t i = 1; i < x.cols; ++i) {
-      if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = int32_t(i);
-    }
-    static_cast<int32_t*>(ids.data)[r] = best;
-  }
+  for (int64_t r = 0; r < x.rows; ++r) static_cast<int32_t*>(ids.data)[r] = first_argmax(x.f32() + r * x.cols, x.cols);
 }
 
 void activation(const Tensor& x, Activation act) {

@@ -47,13 +47,7 @@ Outcome collect(const std::shared_ptr<Request>& req) {
   return o;
 }
 
-std::vector<int32_t> alone(Model& model, const std::vector<int32_t>& prompt, int n) {
-  Runner r(model, cpu_cache_sizing(model.config(), 1, int64_t(prompt.size()) + n));
-  GenerateOptions o;
-  o.max_new_tokens = n;
-  o.prefill_chunk = 64;
-  return generate(r, prompt, o).tokens;
-}
+using test::decode_alone;
 
 TEST(SchedulerFaults, AFailedStepEndsOnlyItsRequests) {
   CpuOps cpu;
@@ -72,7 +66,7 @@ TEST(SchedulerFaults, AFailedStepEndsOnlyItsRequests) {
   EXPECT_EQ(oa.why, FinishReason::kError);
   EXPECT_NE(oa.error.find("injected failure in matmul"), std::string::npos) << oa.error;
   EXPECT_EQ(ob.why, FinishReason::kLength);
-  EXPECT_EQ(ob.tokens, alone(*lm.model, p1, 5)) << "the request after the failure computes what it would have";
+  EXPECT_EQ(ob.tokens, decode_alone(*lm.model, p1, 5)) << "the request after the failure computes what it would have";
   const SchedulerMetrics m = sched.metrics();
   EXPECT_EQ(m.blocks_free, m.blocks_total) << "blocks leaked";
   EXPECT_EQ(m.slots_free, m.slots_total) << "slots leaked";

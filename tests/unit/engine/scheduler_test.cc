@@ -23,14 +23,7 @@ std::vector<int32_t> run_to_end(Scheduler& sched, const std::shared_ptr<Request>
   return toks;
 }
 
-std::vector<int32_t> alone(Model& model, const std::vector<int32_t>& prompt, int n, SamplingParams sp = {}) {
-  Runner r(model, cpu_cache_sizing(model.config(), 1, int64_t(prompt.size()) + n));
-  GenerateOptions o;
-  o.max_new_tokens = n;
-  o.sampling = sp;
-  o.prefill_chunk = 64;
-  return generate(r, prompt, o).tokens;
-}
+using test::decode_alone;
 
 std::vector<std::vector<int32_t>> prompts_of(const std::string& family) {
   std::vector<std::vector<int32_t>> ps;
@@ -54,7 +47,7 @@ TEST_P(SchedulerTest, ConcurrentGreedyRequestsMatchDecodingAlone) {
     EXPECT_EQ(reqs[i]->wait(outs[i], std::chrono::milliseconds(0)), FinishReason::kLength);
     std::vector<int32_t> got;
     for (auto& t : outs[i]) got.push_back(t.token);
-    EXPECT_EQ(got, alone(fm.model(), ps[i], 8)) << "prompt " << i;
+    EXPECT_EQ(got, decode_alone(fm.model(), ps[i], 8)) << "prompt " << i;
   }
 }
 
@@ -113,7 +106,7 @@ TEST_P(SchedulerTest, PrefixCacheReusesAndDoesNotChangeOutputs) {
   // per-sequence state (DeltaNet, sliding-window rings) resume from the last state checkpoint (256).
   const bool hybrid = fm.model().config().has_sequence_state();
   EXPECT_EQ(req->cached_tokens(), hybrid ? 256 : 272);
-  EXPECT_EQ(got, alone(fm.model(), second, 8));
+  EXPECT_EQ(got, decode_alone(fm.model(), second, 8));
   if (hybrid) {
     EXPECT_NE(req->prefix_note().find("checkpoint"), std::string::npos) << req->prefix_note();
   }

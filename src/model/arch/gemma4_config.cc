@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/json_fields.h"
+#include "model/arch/config_common.h"
 #include "model/arch/gemma4.h"
 
 namespace kestrel {
@@ -50,11 +51,7 @@ RopeConfig parse_rope(const JsonFields& f, const std::string& type, int head_dim
 ModelConfig parse_gemma4_config(const nlohmann::json& root, const std::string& path) {
   JsonFields top(root, path);
   ModelConfig cfg;
-  cfg.model_type = top.get_string("model_type", "");
-  cfg.arch = "gemma4";
-  const bool wrapped = top.has("text_config");
-  JsonFields f = wrapped ? JsonFields(top.get("text_config"), path + ": text_config") : top;
-  cfg.weight_prefix = wrapped ? "model.language_model." : "model.";
+  const JsonFields f = text_config_fields(top, path, "gemma4", cfg);
 
   cfg.vocab_size = f.get_int("vocab_size", 1, 1 << 24);
   cfg.hidden_size = f.get_int("hidden_size", 1, kMaxDim);
@@ -215,13 +212,7 @@ ModelConfig parse_gemma4_config(const nlohmann::json& root, const std::string& p
   if (cfg.per_layer_input_dim > 0)
     cfg.per_layer_vocab = f.get_int("vocab_size_per_layer_input", cfg.vocab_size, 1, 1 << 24);
 
-  cfg.eos_token_ids = f.get_token_ids("eos_token_id");
-  if (cfg.eos_token_ids.empty()) cfg.eos_token_ids = top.get_token_ids("eos_token_id");
-  auto bos = f.get_token_ids("bos_token_id");
-  cfg.bos_token_id = bos.empty() ? -1 : bos[0];
-  for (int id : cfg.eos_token_ids) {
-    if (id >= cfg.vocab_size) bad_input(f.field("eos_token_id"), " = ", id, " is outside the vocabulary (", cfg.vocab_size, ")");
-  }
+  read_eos_bos(f, top, cfg);
   return cfg;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/json_fields.h"
+#include "model/arch/config_common.h"
 #include "model/arch/qwen4_exp.h"
 
 namespace kestrel {
@@ -32,11 +33,7 @@ int eos_token_id(const JsonFields& f, const JsonFields& top) {
 ModelConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::string& path) {
   JsonFields top(root, path);
   ModelConfig cfg;
-  cfg.model_type = top.get_string("model_type", "");
-  cfg.arch = "qwen4_exp";
-  const bool wrapped = top.has("text_config");
-  JsonFields f = wrapped ? JsonFields(top.get("text_config"), path + ": text_config") : top;
-  cfg.weight_prefix = wrapped ? "model.language_model." : "model.";
+  const JsonFields f = text_config_fields(top, path, "qwen4_exp", cfg);
 
   cfg.vocab_size = f.get_int("vocab_size", 1, 1 << 24);
   cfg.hidden_size = f.get_int("hidden_size", 1, kMaxDim);

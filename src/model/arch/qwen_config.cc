@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "io/json_fields.h"
+#include "model/arch/config_common.h"
 #include "model/arch/qwen.h"
 
 namespace kestrel {
@@ -56,11 +57,7 @@ void parse_rope(const JsonFields& f, ModelConfig& cfg) {
 ModelConfig parse_qwen_config(const nlohmann::json& root, const std::string& path) {
   JsonFields top(root, path);
   ModelConfig cfg;
-  cfg.model_type = top.get_string("model_type", "");
-  cfg.arch = "qwen";
-  const bool wrapped = top.has("text_config");
-  JsonFields f = wrapped ? JsonFields(top.get("text_config"), path + ": text_config") : top;
-  cfg.weight_prefix = wrapped ? "model.language_model." : "model.";
+  const JsonFields f = text_config_fields(top, path, "qwen", cfg);
 
   const std::string& mt = cfg.model_type;
   const bool hybrid = mt.rfind("qwen3_next", 0) == 0 || mt.rfind("qwen3_5", 0) == 0;
@@ -158,13 +155,7 @@ ModelConfig parse_qwen_config(const nlohmann::json& root, const std::string& pat
   bool any_dense = std::count(cfg.layer_moe.begin(), cfg.layer_moe.end(), false) > 0;
   cfg.ffn_size = any_dense ? f.get_int("intermediate_size", 1, kMaxDim * 4) : f.get_int("intermediate_size", 0, 0, kMaxDim * 4);
 
-  cfg.eos_token_ids = f.get_token_ids("eos_token_id");
-  if (cfg.eos_token_ids.empty()) cfg.eos_token_ids = top.get_token_ids("eos_token_id");
-  auto bos = f.get_token_ids("bos_token_id");
-  cfg.bos_token_id = bos.empty() ? -1 : bos[0];
-  for (int id : cfg.eos_token_ids) {
-    if (id >= cfg.vocab_size) bad_input(f.field("eos_token_id"), " = ", id, " is outside the vocabulary (", cfg.vocab_size, ")");
-  }
+  read_eos_bos(f, top, cfg);
   return cfg;
 }
 

@@ -52,16 +52,16 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing)
           ring_rows_[size_t(l)] = ring_rows(cfg.window_for(l), sizing.block_size);
           layer_rows = int64_t(sizing.n_slots) * ring_rows_[size_t(l)];
         }
-        k_[size_t(l)] = ops.alloc(DType::kF32, layer_rows, kv_width);
-        v_[size_t(l)] = ops.alloc(DType::kF32, layer_rows, kv_width);
+        k_[size_t(l)] = ops.alloc(ops.activation_dtype(), layer_rows, kv_width);
+        v_[size_t(l)] = ops.alloc(ops.activation_dtype(), layer_rows, kv_width);
         if (!cfg.layer_attn.empty() && cfg.layer_attn[size_t(l)].index_key_dim > 0)
-          index_k_[size_t(l)] = ops.alloc(DType::kF32, rows, cfg.layer_attn[size_t(l)].index_key_dim);
+          index_k_[size_t(l)] = ops.alloc(ops.activation_dtype(), rows, cfg.layer_attn[size_t(l)].index_key_dim);
         break;
       }
       case LayerKind::kLinearAttention: {
         const auto& g = cfg.gdn;
-        conv_[size_t(l)] = ops.alloc(DType::kF32, sizing.n_slots, int64_t(g.conv_dim()) * (g.conv_kernel - 1));
-        ssm_[size_t(l)] = ops.alloc(DType::kF32, sizing.n_slots, int64_t(g.n_v_heads) * g.k_head_dim * g.v_head_dim);
+        conv_[size_t(l)] = ops.alloc(ops.activation_dtype(), sizing.n_slots, int64_t(g.conv_dim()) * (g.conv_kernel - 1));
+        ssm_[size_t(l)] = ops.alloc(ops.activation_dtype(), sizing.n_slots, int64_t(g.n_v_heads) * g.k_head_dim * g.v_head_dim);
         break;
       }
     }
@@ -69,7 +69,7 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing)
   // Hand out low ids first: pop_back from a descending list.
   aux_.resize(size_t(L));
   for (size_t l = 0; l < cfg.layer_aux_state.size(); ++l) {
-    if (cfg.layer_aux_state[l] > 0) aux_[l] = ops.alloc(DType::kF32, sizing.n_slots, cfg.layer_aux_state[l]);
+    if (cfg.layer_aux_state[l] > 0) aux_[l] = ops.alloc(ops.activation_dtype(), sizing.n_slots, cfg.layer_aux_state[l]);
   }
   token_context_ = cfg.token_context;
   token_ctx_.assign(size_t(sizing.n_slots) * size_t(token_context_), 0);

@@ -20,4 +20,16 @@ std::unique_ptr<Ops> make_backend(const std::string& device) {
   bad_input("--device must be cpu or cuda, got '", device, "'");
 }
 
+DType parse_precision(const std::string& precision) {
+  if (precision == "f32") return DType::kF32;
+  if (precision == "f64") return DType::kF64;
+  bad_input("--precision must be f32 or f64, got '", precision, "'");
+}
+
+std::unique_ptr<Ops> make_backend(const std::string& device, DType activations) {
+  if (activations == DType::kF32) return make_backend(device);
+  if (device != "cpu") unsupported("--precision f64 runs on the CPU backend only (--device cpu), not --device ", device);
+  return std::make_unique<CpuOps>(activations);
+}
+
 }  // namespace kestrel::cli

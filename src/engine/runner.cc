@@ -64,7 +64,7 @@ Tensor Runner::forward(const std::vector<StepItem>& items, HiddenCapture* captur
   }
   const int64_t V = model_.config().vocab_size;
   const int64_t R = int64_t(plan_.logit_rows.size());
-  if (logits_.empty() || logits_.view().rows < R) logits_ = model_.ops().alloc(DType::kF32, std::max<int64_t>(R, 1), V);
+  if (logits_.empty() || logits_.view().rows < R) logits_ = model_.ops().alloc(model_.ops().activation_dtype(), std::max<int64_t>(R, 1), V);
   Tensor out = logits_.view().rows_slice(0, R);
   model_.forward(plan_, cache_, out, capture);
   for (const auto& it : items) it.seq->n_cached += int32_t(it.tokens.size());
@@ -74,7 +74,7 @@ Tensor Runner::forward(const std::vector<StepItem>& items, HiddenCapture* captur
 const std::vector<float>& Runner::step(const std::vector<StepItem>& items, HiddenCapture* capture) {
   const Tensor out = forward(items, capture);
   host_logits_.resize(size_t(out.numel()));
-  if (out.rows) model_.ops().to_host(out, host_logits_.data());
+  if (out.rows) model_.ops().to_host_f32(out, host_logits_.data());
   return host_logits_;
 }
 

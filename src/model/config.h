@@ -111,7 +111,7 @@ struct ModelConfig {
   MoeConfig moe;
 
   // Gemma-style extras (neutral values when a family has none of them)
-  float embed_scale = 1.0f;            // token embeddings multiplied by this (Gemma: sqrt(hidden))
+  double embed_scale = 1.0;            // token embeddings multiplied by this (Gemma: sqrt(hidden))
   float final_logit_softcap = 0.0f;    // > 0: logits = cap * tanh(logits / cap)
   int per_layer_input_dim = 0;         // Gemma 4 per-layer embeddings width (0 = none)
   int64_t per_layer_vocab = 0;         // rows of embed_tokens_per_layer

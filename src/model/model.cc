@@ -5,7 +5,7 @@ namespace kestrel {
 void Model::capture_hidden(HiddenCapture* capture, const Tensor& x) {
   if (!capture) return;
   std::vector<float> host(size_t(x.numel()));
-  ops_.to_host(x, host.data());
+  ops_.to_host_f32(x, host.data());
   capture->layers.push_back(std::move(host));
 }
 

@@ -18,7 +18,8 @@ class Workspace {
   void reset();
   // Scratch [rows, cols] of dtype, 256-byte aligned, contents undefined.
   Tensor take(DType dtype, int64_t rows, int64_t cols);
-  Tensor take(int64_t rows, int64_t cols) { return take(DType::kF32, rows, cols); }
+  // Activations: the backend's activation dtype (F32, or F64 in the CPU oracle's float64 mode).
+  Tensor take(int64_t rows, int64_t cols) { return take(ops_.activation_dtype(), rows, cols); }
 
  private:
   Ops& ops_;

@@ -20,6 +20,7 @@ class ForwardingOps : public Ops {
   const char* name() const override { return inner_.name(); }
   std::unique_ptr<OpTimer> make_timer() override { return inner_.make_timer(); }
   std::string device_fault() const override { return inner_.device_fault(); }
+  DType activation_dtype() const override { return inner_.activation_dtype(); }
   bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override {
     return inner_.device_memory(free_bytes, total_bytes);
   }
@@ -41,7 +42,7 @@ class ForwardingOps : public Ops {
   void begin_step(const StepPlan& plan) override {
     run("begin_step", [&] { inner_.begin_step(plan); });
   }
-  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) override {
+  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) override {
     run("embed", [&] { inner_.embed(out, table, plan, scale); });
   }
   void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override {
@@ -62,7 +63,7 @@ class ForwardingOps : public Ops {
   void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override {
     run("gelu_tanh_mul", [&] { inner_.gelu_tanh_mul(out, gate, up); });
   }
-  void scale(const Tensor& x, float s) override {
+  void scale(const Tensor& x, double s) override {
     run("scale", [&] { inner_.scale(x, s); });
   }
   void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) override {

@@ -69,7 +69,8 @@ struct ExpertWeights {
 
 // The index of the largest of x[0, n): the first on ties, NaN never chosen over a number (0 when
 // there is nothing else). Ops::argmax computes this per row; the sampler's greedy pick is it too.
-inline int32_t first_argmax(const float* x, int64_t n) {
+template <typename T>
+inline int32_t first_argmax(const T* x, int64_t n) {
   int32_t best = 0;
   for (int64_t i = 1; i < n; ++i) {
     if (x[i] > x[best] || (std::isnan(x[best]) && !std::isnan(x[i]))) best = int32_t(i);
@@ -107,6 +108,9 @@ class Ops {
   virtual std::string device_fault() const { return {}; }
   // The device's free and total memory; false for backends without device memory (the CPU).
   virtual bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const { return false; }
+  // The dtype of activations, caches and recurrent state: F32, or F64 for the CPU backend's
+  // float64 oracle mode (CpuOps(DType::kF64), `--precision f64`). Weights keep their own dtypes.
+  virtual DType activation_dtype() const { return DType::kF32; }
   // The phase the next ops belong to (see PhaseScope); only profiles read it.
   void set_phase(Phase p) { phase_ = p; }
   Phase phase() const { return phase_; }
@@ -115,6 +119,9 @@ class Ops {
   virtual Buffer alloc(DType dtype, int64_t rows, int64_t cols) = 0;  // zero-filled
   virtual Buffer upload(const Tensor& host) = 0;                        // copy of a host tensor
   virtual void to_host(const Tensor& src, void* dst) = 0;               // blocking copy
+  // Blocking copy of an F32 or F64 tensor as floats (F64 rounded once): logits and captured
+  // hidden states, whatever the activation dtype.
+  void to_host_f32(const Tensor& src, float* dst);
   virtual void zero(const Tensor& t) = 0;
   virtual void zero_rows(const Tensor& t, int64_t row) = 0;             // t[row, :] = 0
   // dst[dst_row + i, :] = src[src_row + i, :] for i < n (same cols and dtype; may be one tensor).
@@ -126,7 +133,7 @@ class Ops {
 
   // ---- elementwise and normalization ----
   // out[T, H] = table[tokens[t], :] (table BF16/F16/F32 [V, H]), times `scale`.
-  virtual void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) = 0;
+  virtual void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) = 0;
   // out = x / rms(x) * w per row; w: F32 [1, cols] or empty (no weight). out may be x.
   virtual void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) = 0;
   // RMSNorm of each head_dim group of x [T, n * head_dim] in place; w F32 [1, head_dim] or empty.
@@ -140,7 +147,7 @@ class Ops {
   // out[T, F] = gelu_tanh(gate) * up (see Activation). out may be gate or up.
   virtual void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) { refuse("gelu_tanh_mul"); }
   // x *= s (every element).
-  virtual void scale(const Tensor& x, float s) { refuse("scale"); }
+  virtual void scale(const Tensor& x, double s) { refuse("scale"); }
   // out[T, n] = x[:, begin : begin + n] (a column block of x [T, C]).
   virtual void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { refuse("slice_cols"); }
   // out[R, C] = x[rows[r], :]

@@ -39,6 +39,17 @@ const char* phase_name(Phase p) {
 
 std::unique_ptr<OpTimer> Ops::make_timer() { return std::make_unique<HostTimer>(); }
 
+void Ops::to_host_f32(const Tensor& src, float* dst) {
+  if (src.dtype == DType::kF32) {
+    to_host(src, dst);
+    return;
+  }
+  KCHECK_MSG(src.dtype == DType::kF64, "to_host_f32: activations of dtype ", dtype_name(src.dtype));
+  std::vector<double> wide(size_t(src.numel()));
+  to_host(src, wide.data());
+  for (size_t i = 0; i < wide.size(); ++i) dst[i] = float(wide[i]);
+}
+
 void ProfilingOps::collect() {
   if (records_.empty()) return;
   const std::vector<double> t = timer_->take();

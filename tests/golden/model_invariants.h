@@ -75,8 +75,9 @@ inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>
 }
 
 // Prefill in chunks of 1, 3, 16, 64 and uneven splits equals one pass within fp32 tolerance.
-inline void expect_chunking_invariant(const std::string& family, int n_tokens) {
-  FixtureModel fm(family);
+inline void expect_chunking_invariant(const std::string& family, int n_tokens,
+                                      DType activations = DType::kF32) {
+  FixtureModel fm(family, activations);
   auto ids = test_prompt(n_tokens, fm.model().config().vocab_size);
   auto whole = chunked_logits(fm.model(), ids, {n_tokens});
   for (const auto& chunks : std::vector<std::vector<int>>{{1}, {3}, {16}, {64}, {5, 17, 2, 40, 9}, {n_tokens - 1, 1}}) {
@@ -88,8 +89,8 @@ inline void expect_chunking_invariant(const std::string& family, int n_tokens) {
 
 // Four sequences at different positions decoded in one batch give bit-identical logits to each
 // decoded alone.
-inline void expect_batching_invariant(const std::string& family) {
-  FixtureModel fm(family);
+inline void expect_batching_invariant(const std::string& family, DType activations = DType::kF32) {
+  FixtureModel fm(family, activations);
   Model& model = fm.model();
   const int64_t V = model.config().vocab_size;
   const std::vector<int> lens = {1, 9, 23, 70};  // past the sliding window for the longer ones

@@ -13,10 +13,11 @@
 
 namespace kestrel::test {
 
-// The fixture's model on the CPU backend, loaded once per test.
+// The fixture's model on the CPU backend, loaded once per test; activations F32, or F64 for the
+// float64 oracle mode.
 struct FixtureModel {
-  explicit FixtureModel(const std::string& family)
-      : dir(data_path("fixtures/" + family)), lm(load_model(dir, ops)) {}
+  explicit FixtureModel(const std::string& family, DType activations = DType::kF32)
+      : dir(data_path("fixtures/" + family)), ops(activations), lm(load_model(dir, ops)) {}
   std::string dir;
   CpuOps ops;
   LoadedModel lm;

@@ -37,8 +37,12 @@ void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const 
       KCHECK(pos < int64_t(s.n_blocks) * plan.block_size);
     }
     const int64_t row = cache_row(plan, cache, s, pos);
-    std::memcpy(cache.k.f32() + row * width, k.f32() + r * width, size_t(width) * 4);
-    std::memcpy(cache.v.f32() + row * width, v.f32() + r * width, size_t(width) * 4);
+    const size_t es = dtype_size(k.dtype);
+    KCHECK(cache.k.dtype == k.dtype && cache.v.dtype == k.dtype && v.dtype == k.dtype);
+    std::memcpy(static_cast<uint8_t*>(cache.k.data) + size_t(row * width) * es,
+                static_cast<const uint8_t*>(k.data) + size_t(r * width) * es, size_t(width) * es);
+    std::memcpy(static_cast<uint8_t*>(cache.v.data) + size_t(row * width) * es,
+                static_cast<const uint8_t*>(v.data) + size_t(r * width) * es, size_t(width) * es);
   }
 }
 
@@ -53,17 +57,18 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
   KCHECK(p.n_heads % p.n_kv_heads == 0);
   KCHECK(cache.ring_rows == 0 || (p.window > 0 && p.window <= cache.ring_rows && p.select.empty()));
   const int group = p.n_heads / p.n_kv_heads;
+  with_act(q, [&]<typename A>() {
   // key (or value) row of position j for sequence s: this step's tensor or the cache
-  auto row_of = [&](const Tensor& step, const Tensor& cached, const SeqStep& s, int64_t j) -> const float* {
-    if (step_kv && j >= s.n_past) return step.f32() + (int64_t(s.row_begin) + j - s.n_past) * kv_width;
-    return cached.f32() + cache_row(plan, cache, s, j) * kv_width;
+  auto row_of = [&](const Tensor& step, const Tensor& cached, const SeqStep& s, int64_t j) -> const A* {
+    if (step_kv && j >= s.n_past) return act<A>(step) + (int64_t(s.row_begin) + j - s.n_past) * kv_width;
+    return act<A>(cached) + cache_row(plan, cache, s, j) * kv_width;
   };
 
   // attend, one (row, head) per work item
   ThreadPool::global().parallel_for(q.rows * p.n_heads, [&](int64_t w0, int64_t w1) {
-    std::vector<float> scores;
+    std::vector<A> scores;
     std::vector<int64_t> positions;
-    std::vector<float> acc(static_cast<size_t>(hd));
+    std::vector<A> acc(static_cast<size_t>(hd));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t r = w / p.n_heads;
       const int h = int(w % p.n_heads);
@@ -71,7 +76,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
       const int64_t pos = plan.positions[size_t(r)];
       const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-      const float* qv = q.f32() + r * q.cols + int64_t(h) * hd;
+      const A* qv = act<A>(q) + r * q.cols + int64_t(h) * hd;
       // the attended positions, ascending: [first, pos], or the row's selection
       positions.clear();
       if (p.select.empty()) {
@@ -86,29 +91,30 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
         std::sort(positions.begin(), positions.end());
       }
       scores.resize(positions.size());
-      float max_score = -INFINITY;
+      A max_score = -INFINITY;
       for (size_t z = 0; z < positions.size(); ++z) {
-        const float* kv = row_of(k, cache.k, s, positions[z]) + int64_t(kvh) * hd;
-        float d = dot_f32(qv, kv, hd) * p.scale;
+        const A* kv = row_of(k, cache.k, s, positions[z]) + int64_t(kvh) * hd;
+        A d = dot_act(qv, kv, hd) * A(p.scale);
         scores[z] = d;
         max_score = std::max(max_score, d);
       }
       double sum = 0.0;
-      for (float& sc : scores) {
+      for (A& sc : scores) {
         sc = std::exp(sc - max_score);
         sum += sc;
       }
-      const float inv = float(1.0 / sum);
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      const A inv = A(1.0 / sum);
+      std::fill(acc.begin(), acc.end(), A(0));
       for (size_t z = 0; z < positions.size(); ++z) {
-        const float* vv = row_of(v, cache.v, s, positions[z]) + int64_t(kvh) * hd;
-        const float pj = scores[z];
+        const A* vv = row_of(v, cache.v, s, positions[z]) + int64_t(kvh) * hd;
+        const A pj = scores[z];
         for (int i = 0; i < hd; ++i) acc[size_t(i)] += pj * vv[i];
       }
-      float* o = out.f32() + r * out.cols + int64_t(h) * hd;
+      A* o = act<A>(out) + r * out.cols + int64_t(h) * hd;
       for (int i = 0; i < hd; ++i) o[i] = acc[size_t(i)] * inv;
     }
   }, 4);
+  });
   if (step_kv && p.write_kv) kv_write(cache, k, v, plan);
 }
 

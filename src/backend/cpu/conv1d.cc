@@ -15,28 +15,30 @@ void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, 
   // Parallel over (sequence, channel block): each channel's time loop is sequential.
   const int64_t n_seq = int64_t(plan.seqs.size());
   const int64_t cblocks = (C + 63) / 64;
+  with_act(x, [&]<typename A>() {
   ThreadPool::global().parallel_for(n_seq * cblocks, [&](int64_t w0, int64_t w1) {
-    std::vector<float> window(static_cast<size_t>(kernel));
+    std::vector<A> window(static_cast<size_t>(kernel));
     for (int64_t item = w0; item < w1; ++item) {
       const SeqStep& s = plan.seqs[size_t(item / cblocks)];
       const int64_t c0 = (item % cblocks) * 64, c1 = std::min<int64_t>(C, c0 + 64);
-      float* st = state.conv.f32() + int64_t(s.state_slot) * state.conv.cols;  // [C, keep]
+      A* st = act<A>(state.conv) + int64_t(s.state_slot) * state.conv.cols;  // [C, keep]
       for (int64_t c = c0; c < c1; ++c) {
         const float* wc = w.f32() + c * kernel;
-        float* sc = st + c * keep;
+        A* sc = st + c * keep;
         for (int j = 0; j < keep; ++j) window[size_t(j)] = sc[j];
         for (int32_t t = 0; t < s.n_tokens; ++t) {
-          float* xv = x.f32() + int64_t(s.row_begin + t) * C + c;
+          A* xv = act<A>(x) + int64_t(s.row_begin + t) * C + c;
           window[size_t(keep)] = *xv;
           double acc_d = 0.0;
           for (int j = 0; j < kernel; ++j) acc_d += double(wc[j]) * double(window[size_t(j)]);
-          float acc = float(acc_d);
+          A acc = A(acc_d);
           for (int j = 0; j < keep; ++j) window[size_t(j)] = window[size_t(j + 1)];
-          *xv = acc / (1.0f + std::exp(-acc));
+          *xv = acc / (A(1) + std::exp(-acc));
         }
         for (int j = 0; j < keep; ++j) sc[j] = window[size_t(j)];
       }
     }
+  });
   });
 }
 

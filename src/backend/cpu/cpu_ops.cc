@@ -6,6 +6,11 @@
 
 namespace kestrel {
 
+CpuOps::CpuOps(DType activations) : activations_(activations) {
+  KCHECK_MSG(activations == DType::kF32 || activations == DType::kF64, "CpuOps: activations must be F32 or F64, not ",
+             dtype_name(activations));
+}
+
 Buffer CpuOps::alloc(DType dtype, int64_t rows, int64_t cols) { return host_buffer(dtype, rows, cols); }
 
 Buffer CpuOps::upload(const Tensor& host) {
@@ -34,7 +39,7 @@ void CpuOps::copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, in
                static_cast<const uint8_t*>(src.data) + size_t(src_row) * row_bytes, size_t(n) * row_bytes);
 }
 
-void CpuOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
+void CpuOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) {
   cpu::embed(out, table, plan, scale);
 }
 void CpuOps::rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) { cpu::rms_norm(out, x, w, eps); }
@@ -47,7 +52,7 @@ void CpuOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
 void CpuOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cpu::gelu_tanh_mul(out, gate, up);
 }
-void CpuOps::scale(const Tensor& x, float s) { cpu::scale(x, s); }
+void CpuOps::scale(const Tensor& x, double s) { cpu::scale(x, s); }
 void CpuOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cpu::slice_cols(out, x, begin); }
 void CpuOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   cpu::gather_rows(out, x, rows);

@@ -7,8 +7,12 @@ namespace kestrel {
 
 class CpuOps final : public Ops {
  public:
+  // activations: F32 (the default), or F64 for the float64 oracle mode, in which every
+  // activation, cache and state tensor is double and the kernels compute in double.
+  explicit CpuOps(DType activations = DType::kF32);
   Device device() const override { return Device::kCpu; }
   const char* name() const override { return "cpu"; }
+  DType activation_dtype() const override { return activations_; }
 
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override;
   Buffer upload(const Tensor& host) override;
@@ -18,14 +22,14 @@ class CpuOps final : public Ops {
   void copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) override;
   void begin_step(const StepPlan& plan) override {}
 
-  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) override;
+  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) override;
   void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
   void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override;
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void scale(const Tensor& x, float s) override;
+  void scale(const Tensor& x, double s) override;
   void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) override;
   void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
   void softcap(const Tensor& x, float cap) override;
@@ -56,6 +60,9 @@ class CpuOps final : public Ops {
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) override;
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override;
+
+ private:
+  DType activations_;
 };
 
 }  // namespace kestrel

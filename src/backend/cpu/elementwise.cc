@@ -9,19 +9,50 @@
 namespace kestrel::cpu {
 namespace {
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+template <typename A>
+inline A silu(A x) {
+  return x / (A(1) + std::exp(-x));
+}
+template <typename A>
+inline A sigmoid(A x) {
+  return A(1) / (A(1) + std::exp(-x));
+}
 // gelu, tanh approximation, evaluated in double and rounded once.
-inline float gelu_tanh(float x) {
+template <typename A>
+inline A gelu_tanh(A x) {
   const double d = x;
-  return float(0.5 * d * (1.0 + std::tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+  return A(0.5 * d * (1.0 + std::tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
 }
 
-// 1 / rms of n floats; the sum of squares in double, in index order.
-inline float inv_rms(const float* x, int64_t n, float eps) {
+// 1 / rms of n values; the sum of squares in double, in index order.
+template <typename A>
+inline A inv_rms(const A* x, int64_t n, float eps) {
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
-  return float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  return A(1.0 / std::sqrt(ss / double(n) + double(eps)));
+}
+
+template <typename T>
+void widen_row(const Tensor& t, int64_t row, T* dst) {
+  const int64_t n = t.cols;
+  switch (t.dtype) {
+    case DType::kF32: {
+      const float* s = t.as<const float>() + row * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+      break;
+    }
+    case DType::kBF16: {
+      const uint16_t* s = t.as<const uint16_t>() + row * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* s = t.as<const uint16_t>() + row * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      break;
+    }
+    default: KCHECK_MSG(false, "load_row: unsupported dtype ", dtype_name(t.dtype));
+  }
 }
 
 }  // namespace
@@ -38,35 +69,35 @@ float load_element(const Tensor& t, int64_t row, int64_t col) {
 }
 
 void load_row(const Tensor& t, int64_t row, float* dst) {
-  const int64_t n = t.cols;
-  switch (t.dtype) {
-    case DType::kF32: std::memcpy(dst, t.as<const float>() + row * n, size_t(n) * 4); break;
-    case DType::kBF16: {
-      const uint16_t* s = t.as<const uint16_t>() + row * n;
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
-      break;
-    }
-    case DType::kF16: {
-      const uint16_t* s = t.as<const uint16_t>() + row * n;
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
-      break;
-    }
-    default: KCHECK_MSG(false, "load_row: unsupported dtype ", dtype_name(t.dtype));
+  if (t.dtype == DType::kF32) {
+    std::memcpy(dst, t.as<const float>() + row * t.cols, size_t(t.cols) * 4);
+    return;
   }
+  widen_row(t, row, dst);
 }
 
-void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
+void load_row(const Tensor& t, int64_t row, double* dst) {
+  if (t.dtype == DType::kF64) {
+    std::memcpy(dst, t.as<const double>() + row * t.cols, size_t(t.cols) * 8);
+    return;
+  }
+  widen_row(t, row, dst);
+}
+
+void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) {
   KCHECK(out.rows == plan.n_rows() && out.cols == table.cols);
-  ThreadPool::global().parallel_for(out.rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int32_t id = plan.tokens[size_t(r)];
-      KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
-      float* dst = out.f32() + r * out.cols;
-      load_row(table, id, dst);
-      if (scale != 1.0f) {
-        for (int64_t i = 0; i < out.cols; ++i) dst[i] *= scale;
+  with_act(out, [&]<typename A>() {
+    ThreadPool::global().parallel_for(out.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        int32_t id = plan.tokens[size_t(r)];
+        KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
+        A* dst = act<A>(out) + r * out.cols;
+        load_row(table, id, dst);
+        if (scale != 1.0) {
+          for (int64_t i = 0; i < out.cols; ++i) dst[i] *= A(scale);
+        }
       }
-    }
+    });
   });
 }
 
@@ -74,18 +105,20 @@ void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   KCHECK(out.rows == x.rows && out.cols == x.cols);
   KCHECK(w.empty() || w.cols == x.cols);
   const int64_t n = x.cols;
-  ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x.f32() + r * n;
-      float* o = out.f32() + r * n;
-      float s = inv_rms(xr, n, eps);
-      if (w.empty()) {
-        for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * s;
-      } else {
-        const float* wr = w.f32();
-        for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * s) * wr[i];
+  with_act(x, [&]<typename A>() {
+    ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const A* xr = act<A>(x) + r * n;
+        A* o = act<A>(out) + r * n;
+        A s = inv_rms(xr, n, eps);
+        if (w.empty()) {
+          for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * s;
+        } else {
+          const float* wr = w.f32();
+          for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * s) * A(wr[i]);
+        }
       }
-    }
+    });
   });
 }
 
@@ -93,61 +126,73 @@ void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) {
   KCHECK(x.cols % head_dim == 0);
   KCHECK(w.empty() || w.cols == head_dim);
   const int64_t groups = x.rows * (x.cols / head_dim);
-  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      float* v = x.f32() + g * head_dim;
-      float s = inv_rms(v, head_dim, eps);
-      if (w.empty()) {
-        for (int i = 0; i < head_dim; ++i) v[i] = v[i] * s;
-      } else {
-        for (int i = 0; i < head_dim; ++i) v[i] = (v[i] * s) * w.f32()[i];
+  with_act(x, [&]<typename A>() {
+    ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        A* v = act<A>(x) + g * head_dim;
+        A s = inv_rms(v, head_dim, eps);
+        if (w.empty()) {
+          for (int i = 0; i < head_dim; ++i) v[i] = v[i] * s;
+        } else {
+          for (int i = 0; i < head_dim; ++i) v[i] = (v[i] * s) * A(w.f32()[i]);
+        }
       }
-    }
-  }, 16);
+    }, 16);
+  });
 }
 
 void add(const Tensor& out, const Tensor& a, const Tensor& b) {
   KCHECK(a.numel() == b.numel() && out.numel() == a.numel());
-  float* o = out.f32();
-  const float* pa = a.f32();
-  const float* pb = b.f32();
-  for (int64_t i = 0, n = a.numel(); i < n; ++i) o[i] = pa[i] + pb[i];
+  with_act(a, [&]<typename A>() {
+    A* o = act<A>(out);
+    const A* pa = act<A>(a);
+    const A* pb = act<A>(b);
+    for (int64_t i = 0, n = a.numel(); i < n; ++i) o[i] = pa[i] + pb[i];
+  });
 }
 
 void mul_sigmoid(const Tensor& x, const Tensor& gate) {
-  float* px = x.f32();
-  const float* pg = gate.f32();
-  if (gate.cols == 1 && x.cols != 1) {  // one gate per row
-    KCHECK(gate.rows == x.rows);
-    for (int64_t r = 0; r < x.rows; ++r) {
-      const float s = sigmoid(pg[r]);
-      for (int64_t c = 0; c < x.cols; ++c) px[r * x.cols + c] *= s;
+  with_act(x, [&]<typename A>() {
+    A* px = act<A>(x);
+    const A* pg = act<A>(gate);
+    if (gate.cols == 1 && x.cols != 1) {  // one gate per row
+      KCHECK(gate.rows == x.rows);
+      for (int64_t r = 0; r < x.rows; ++r) {
+        const A s = sigmoid(pg[r]);
+        for (int64_t c = 0; c < x.cols; ++c) px[r * x.cols + c] *= s;
+      }
+      return;
     }
-    return;
-  }
-  KCHECK(x.numel() == gate.numel());
-  for (int64_t i = 0, n = x.numel(); i < n; ++i) px[i] *= sigmoid(pg[i]);
+    KCHECK(x.numel() == gate.numel());
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) px[i] *= sigmoid(pg[i]);
+  });
 }
 
 void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   KCHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
-  float* o = out.f32();
-  const float* g = gate.f32();
-  const float* u = up.f32();
-  for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = silu(g[i]) * u[i];
+  with_act(out, [&]<typename A>() {
+    A* o = act<A>(out);
+    const A* g = act<A>(gate);
+    const A* u = act<A>(up);
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = silu(g[i]) * u[i];
+  });
 }
 
 void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   KCHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
-  float* o = out.f32();
-  const float* g = gate.f32();
-  const float* u = up.f32();
-  for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+  with_act(out, [&]<typename A>() {
+    A* o = act<A>(out);
+    const A* g = act<A>(gate);
+    const A* u = act<A>(up);
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+  });
 }
 
-void scale(const Tensor& x, float s) {
-  float* p = x.f32();
-  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+void scale(const Tensor& x, double s) {
+  with_act(x, [&]<typename A>() {
+    A* p = act<A>(x);
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= A(s);
+  });
 }
 
 void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) {
@@ -170,69 +215,84 @@ void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>&
 }
 
 void softcap(const Tensor& x, float cap) {
-  float* p = x.f32();
-  for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
+  with_act(x, [&]<typename A>() {
+    A* p = act<A>(x);
+    const A c = cap;
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = c * std::tanh(p[i] / c);
+  });
 }
 
 void argmax(const Tensor& ids, const Tensor& x) {
-  KCHECK(ids.dtype == DType::kI32 && x.dtype == DType::kF32 && ids.rows == x.rows && ids.cols == 1);
-  for (int64_t r = 0; r < x.rows; ++r) static_cast<int32_t*>(ids.data)[r] = first_argmax(x.f32() + r * x.cols, x.cols);
+  KCHECK(ids.dtype == DType::kI32 && ids.rows == x.rows && ids.cols == 1);
+  with_act(x, [&]<typename A>() {
+    for (int64_t r = 0; r < x.rows; ++r) static_cast<int32_t*>(ids.data)[r] = first_argmax(act<A>(x) + r * x.cols, x.cols);
+  });
 }
 
-void activation(const Tensor& x, Activation act) {
-  float* p = x.f32();
-  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
-    switch (act) {
-      case Activation::kSilu: p[i] = silu(p[i]); break;
-      case Activation::kSigmoid: p[i] = sigmoid(p[i]); break;
-      case Activation::kGeluTanh: p[i] = gelu_tanh(p[i]); break;
+void activation(const Tensor& x, Activation fn) {
+  with_act(x, [&]<typename A>() {
+    A* p = act<A>(x);
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      switch (fn) {
+        case Activation::kSilu: p[i] = silu(p[i]); break;
+        case Activation::kSigmoid: p[i] = sigmoid(p[i]); break;
+        case Activation::kGeluTanh: p[i] = gelu_tanh(p[i]); break;
+      }
     }
-  }
+  });
 }
 
 void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
   KCHECK(a.numel() == b.numel() && out.numel() == a.numel());
-  for (int64_t i = 0, n = a.numel(); i < n; ++i) out.f32()[i] = a.f32()[i] * b.f32()[i];
+  with_act(a, [&]<typename A>() {
+    for (int64_t i = 0, n = a.numel(); i < n; ++i) act<A>(out)[i] = act<A>(a)[i] * act<A>(b)[i];
+  });
 }
 
 void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
   KCHECK(out.rows == x.rows && out.cols == x.cols && x.cols % group == 0);
   KCHECK(w.empty() || w.cols == x.cols);
   const int64_t groups = x.rows * (x.cols / group);
-  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const float* v = x.f32() + g * group;
-      float* o = out.f32() + g * group;
-      const float* wg = w.empty() ? nullptr : w.f32() + (g % (x.cols / group)) * group;
-      const float s = inv_rms(v, group, eps);
-      for (int i = 0; i < group; ++i) o[i] = wg ? (v[i] * s) * wg[i] : v[i] * s;
-    }
-  }, 16);
+  with_act(x, [&]<typename A>() {
+    ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        const A* v = act<A>(x) + g * group;
+        A* o = act<A>(out) + g * group;
+        const float* wg = w.empty() ? nullptr : w.f32() + (g % (x.cols / group)) * group;
+        const A s = inv_rms(v, group, eps);
+        for (int i = 0; i < group; ++i) o[i] = wg ? (v[i] * s) * A(wg[i]) : v[i] * s;
+      }
+    }, 16);
+  });
 }
 
 void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
   KCHECK(out.rows == int64_t(ids.size()) && !shards.empty());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    int64_t row = ids[i];
-    size_t s = 0;
-    while (s < shards.size() && row >= shards[s].rows) row -= shards[s++].rows;
-    KCHECK_MSG(s < shards.size() && row >= 0, "embedding row ", ids[i], " outside the table");
-    KCHECK(shards[s].cols == out.cols);
-    load_row(shards[s], row, out.f32() + int64_t(i) * out.cols);
-  }
+  with_act(out, [&]<typename A>() {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      int64_t row = ids[i];
+      size_t s = 0;
+      while (s < shards.size() && row >= shards[s].rows) row -= shards[s++].rows;
+      KCHECK_MSG(s < shards.size() && row >= 0, "embedding row ", ids[i], " outside the table");
+      KCHECK(shards[s].cols == out.cols);
+      load_row(shards[s], row, act<A>(out) + int64_t(i) * out.cols);
+    }
+  });
 }
 
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
   KCHECK(x.numel() == z.numel() && x.cols % head_dim == 0 && w.cols == head_dim);
   const int64_t groups = x.rows * (x.cols / head_dim);
-  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      float* v = x.f32() + g * head_dim;
-      const float* zg = z.f32() + g * head_dim;
-      float s = inv_rms(v, head_dim, eps);
-      for (int i = 0; i < head_dim; ++i) v[i] = ((v[i] * s) * w.f32()[i]) * silu(zg[i]);
-    }
-  }, 16);
+  with_act(x, [&]<typename A>() {
+    ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        A* v = act<A>(x) + g * head_dim;
+        const A* zg = act<A>(z) + g * head_dim;
+        A s = inv_rms(v, head_dim, eps);
+        for (int i = 0; i < head_dim; ++i) v[i] = ((v[i] * s) * A(w.f32()[i])) * silu(zg[i]);
+      }
+    }, 16);
+  });
 }
 
 }  // namespace kestrel::cpu

@@ -20,7 +20,8 @@ namespace {
 constexpr int kChunk = 64;
 
 // The oracle does the delta-rule algebra in double (cheap next to the projections, and the
-// recurrence is poorly conditioned in f32 when outputs cancel); the cached state stays f32.
+// recurrence is poorly conditioned in f32 when outputs cancel); the cached state keeps the
+// activation dtype (F32, or F64 in the float64 oracle mode).
 using acc_t = double;
 
 inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
@@ -158,6 +159,7 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
   KCHECK(state.ssm.cols == int64_t(nv) * dk * dv);
   const acc_t q_scale = 1.0 / std::sqrt(acc_t(dk));
   const int64_t n_items = int64_t(plan.seqs.size()) * nv;
+  with_act(qkv, [&]<typename A>() {
   ThreadPool::global().parallel_for(n_items, [&](int64_t w0, int64_t w1) {
     Scratch sc;
     sc.q.resize(size_t(kChunk * dk));
@@ -176,9 +178,9 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
       const SeqStep& s = plan.seqs[size_t(item / nv)];
       const int h = int(item % nv);
       const int kh = h / ratio;  // value head h reads query/key head h / ratio (repeat_interleave)
-      float* state_f32 = state.ssm.f32() + int64_t(s.state_slot) * state.ssm.cols + int64_t(h) * dk * dv;
+      A* state_row = act<A>(state.ssm) + int64_t(s.state_slot) * state.ssm.cols + int64_t(h) * dk * dv;
       acc_t* S = sc.S.data();
-      for (int i = 0; i < dk * dv; ++i) S[i] = state_f32[i];
+      for (int i = 0; i < dk * dv; ++i) S[i] = state_row[i];
       const acc_t an = a_neg.f32()[h], bias = dt_bias.f32()[h];
       int32_t t = 0;
       while (t < s.n_tokens) {
@@ -186,7 +188,7 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
         const int L = std::min<int32_t>(kChunk - pos % kChunk, s.n_tokens - t);
         for (int i = 0; i < L; ++i) {
           const int64_t r = s.row_begin + t + i;
-          const float* row = qkv.f32() + r * qkv.cols;
+          const A* row = act<A>(qkv) + r * qkv.cols;
           acc_t* qi = sc.q.data() + i * dk;
           acc_t* ki = sc.k.data() + i * dk;
           for (int e = 0; e < dk; ++e) {
@@ -196,11 +198,11 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
           l2_normalize(qi, dk);
           l2_normalize(ki, dk);
           for (int e = 0; e < dk; ++e) qi[e] *= q_scale;
-          const float* vr = row + 2 * int64_t(nk) * dk + int64_t(h) * dv;
+          const A* vr = row + 2 * int64_t(nk) * dk + int64_t(h) * dv;
           for (int e = 0; e < dv; ++e) sc.v[size_t(i * dv + e)] = vr[e];
-          const acc_t bv = b.f32()[r * nv + h];
+          const acc_t bv = act<A>(b)[r * nv + h];
           sc.beta[size_t(i)] = 1.0 / (1.0 + std::exp(-bv));
-          sc.g[size_t(i)] = an * softplus(acc_t(a.f32()[r * nv + h]) + bias);
+          sc.g[size_t(i)] = an * softplus(acc_t(act<A>(a)[r * nv + h]) + bias);
         }
         acc_t* o = sc.o.data();
         if (L == 1) {
@@ -210,15 +212,16 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
         }
         // The state is rounded to its stored precision after every piece of the grid, so a
         // prefill split on the grid computes exactly what one pass computes.
-        for (int i = 0; i < dk * dv; ++i) S[i] = acc_t(float(S[i]));
+        for (int i = 0; i < dk * dv; ++i) S[i] = acc_t(A(S[i]));
         for (int i = 0; i < L; ++i) {
-          float* dst = out.f32() + int64_t(s.row_begin + t + i) * out.cols + int64_t(h) * dv;
-          for (int e = 0; e < dv; ++e) dst[e] = float(o[i * dv + e]);
+          A* dst = act<A>(out) + int64_t(s.row_begin + t + i) * out.cols + int64_t(h) * dv;
+          for (int e = 0; e < dv; ++e) dst[e] = A(o[i * dv + e]);
         }
         t += L;
       }
-      for (int i = 0; i < dk * dv; ++i) state_f32[i] = float(S[i]);
+      for (int i = 0; i < dk * dv; ++i) state_row[i] = A(S[i]);
     }
+  });
   });
 }
 

@@ -81,20 +81,59 @@ inline void dot_rows(const float* const* x, const W* w, int64_t n, float* out) {
   }
 }
 
-template <typename W, bool kF16 = false>
+// The float64 oracle mode's dot: R double rows against one weight row, the same lanes and
+// reduction tree as dot_rows (products are rounded to double here; nothing is rounded to f32).
+template <int R, typename W, bool kF16 = false>
+inline void dot_rows(const double* const* x, const W* w, int64_t n, double* out) {
+  __m256d acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 w0, w1;
+    if constexpr (kF16) {
+      w0 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i);
+      w1 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i + 8);
+    } else {
+      w0 = load8<W>(w + i);
+      w1 = load8<W>(w + i + 8);
+    }
+    const __m256d wd[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(w0)), _mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)),
+                           _mm256_cvtps_pd(_mm256_castps256_ps128(w1)), _mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1))};
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_pd(_mm256_loadu_pd(x[r] + i + 4 * j), wd[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    double tail = 0.0;
+    for (int64_t j = i; j < n; ++j) {
+      float wv;
+      if constexpr (kF16) wv = f16_to_f32(reinterpret_cast<const uint16_t*>(w)[j]);
+      else if constexpr (std::is_same_v<W, uint16_t>) wv = bf16_to_f32(w[j]);
+      else wv = w[j];
+      tail += x[r][j] * double(wv);
+    }
+    __m256d s = _mm256_add_pd(_mm256_add_pd(acc[r][0], acc[r][1]), _mm256_add_pd(acc[r][2], acc[r][3]));
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
+    out[r] = _mm_cvtsd_f64(h) + tail;
+  }
+}
+
+template <typename A, typename W, bool kF16 = false>
 void matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
   const int64_t T = x.rows, K = x.cols, N = w.rows;
-  const float* xs = x.f32();
-  float* os = out.f32();
+  const A* xs = act<A>(x);
+  A* os = act<A>(out);
   const W* ws = static_cast<const W*>(w.data);
   // Columns are split across threads; each thread walks all rows for its columns.
   ThreadPool::global().parallel_for(N, [&](int64_t n0, int64_t n1) {
     for (int64_t t = 0; t < T; t += 4) {
       int R = int(std::min<int64_t>(4, T - t));
-      const float* rows[4] = {xs + t * K, xs + std::min(t + 1, T - 1) * K, xs + std::min(t + 2, T - 1) * K,
-                              xs + std::min(t + 3, T - 1) * K};
+      const A* rows[4] = {xs + t * K, xs + std::min(t + 1, T - 1) * K, xs + std::min(t + 2, T - 1) * K,
+                          xs + std::min(t + 3, T - 1) * K};
       for (int64_t n = n0; n < n1; ++n) {
-        float res[4] = {0, 0, 0, 0};
+        A res[4] = {0, 0, 0, 0};
         const W* wr = ws + n * K;
         switch (R) {
           case 4: dot_rows<4, W, kF16>(rows, wr, K, res); break;
@@ -117,6 +156,17 @@ float dot_f32(const float* x, const float* w, int64_t n) {
   return r;
 }
 
+double dot_f64(const double* x, const double* w, int64_t n) {
+  // four lanes in index order, then a fixed reduction
+  double acc[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) acc[j] += x[i + j] * w[i + j];
+  double tail = 0.0;
+  for (; i < n; ++i) tail += x[i] * w[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + tail;
+}
+
 float dot_bf16(const float* x, const uint16_t* w, int64_t n) {
   float r;
   const float* rows[1] = {x};
@@ -125,16 +175,18 @@ float dot_bf16(const float* x, const uint16_t* w, int64_t n) {
 }
 
 void matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
-  KCHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32);
+  KCHECK(x.dtype == out.dtype);
   KCHECK_MSG(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shapes: x [", x.rows, ",", x.cols,
              "] w [", w.rows, ",", w.cols, "] out [", out.rows, ",", out.cols, "]");
   if (x.rows == 0) return;
-  switch (w.dtype) {
-    case DType::kBF16: matmul_impl<uint16_t>(out, x, w); break;
-    case DType::kF16: matmul_impl<uint16_t, true>(out, x, w); break;
-    case DType::kF32: matmul_impl<float>(out, x, w); break;
-    default: KCHECK_MSG(false, "matmul: unsupported weight dtype ", dtype_name(w.dtype));
-  }
+  with_act(x, [&]<typename A>() {
+    switch (w.dtype) {
+      case DType::kBF16: matmul_impl<A, uint16_t>(out, x, w); break;
+      case DType::kF16: matmul_impl<A, uint16_t, true>(out, x, w); break;
+      case DType::kF32: matmul_impl<A, float>(out, x, w); break;
+      default: KCHECK_MSG(false, "matmul: unsupported weight dtype ", dtype_name(w.dtype));
+    }
+  });
 }
 
 }  // namespace kestrel::cpu

@@ -14,11 +14,12 @@ namespace kestrel::cpu {
 void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) {
   const int64_t T = logits.rows, E = logits.cols;
   KCHECK(ids.dtype == DType::kI32 && ids.rows == T && ids.cols == top_k && weights.cols == top_k);
+  with_act(logits, [&]<typename A>() {
   std::vector<double> prob(static_cast<size_t>(E));
   std::vector<int32_t> order(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    const float* l = logits.f32() + t * E;
-    float mx = *std::max_element(l, l + E);
+    const A* l = act<A>(logits) + t * E;
+    A mx = *std::max_element(l, l + E);
     double sum = 0.0;
     for (int64_t e = 0; e < E; ++e) sum += prob[size_t(e)] = std::exp(double(l[e]) - double(mx));
     for (auto& p : prob) p /= sum;
@@ -32,9 +33,10 @@ void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, i
     for (int j = 0; j < top_k; ++j) {
       ids.as<int32_t>()[t * top_k + j] = order[size_t(j)];
       double w = prob[size_t(order[size_t(j)])];
-      weights.f32()[t * top_k + j] = float(norm_topk ? w / denom : w);
+      act<A>(weights)[t * top_k + j] = A(norm_topk ? w / denom : w);
     }
   }
+  });
 }
 
 void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -53,15 +55,17 @@ void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Te
       by_expert[size_t(e)].push_back(t * k + j);
     }
   }
-  std::vector<float> partial(size_t(T * k * H), 0.0f);  // [T, k, H]
+  with_act(x, [&]<typename A>() {
+  constexpr DType kAct = kActDType<A>;
+  std::vector<A> partial(size_t(T * k * H), A(0));  // [T, k, H]
   for (int64_t e = 0; e < E; ++e) {
     const auto& pairs = by_expert[size_t(e)];
     if (pairs.empty()) continue;
     const int64_t n = int64_t(pairs.size());
-    Buffer xs = host_buffer(DType::kF32, n, H);
+    Buffer xs = host_buffer(kAct, n, H);
     for (int64_t i = 0; i < n; ++i)
-      std::copy_n(x.f32() + (pairs[size_t(i)] / k) * H, H, xs.view().f32() + i * H);
-    Buffer g = host_buffer(DType::kF32, n, F), u = host_buffer(DType::kF32, n, F), y = host_buffer(DType::kF32, n, H);
+      std::copy_n(act<A>(x) + (pairs[size_t(i)] / k) * H, H, act<A>(xs.view()) + i * H);
+    Buffer g = host_buffer(kAct, n, F), u = host_buffer(kAct, n, F), y = host_buffer(kAct, n, H);
     matmul(g, xs, experts.gate[size_t(e)]);
     matmul(u, xs, experts.up[size_t(e)]);
     if (experts.act == Activation::kGeluTanh) {
@@ -71,21 +75,22 @@ void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Te
     }
     matmul(y, g, experts.down[size_t(e)]);
     for (int64_t i = 0; i < n; ++i) {
-      float w = weights.f32()[pairs[size_t(i)]];
-      if (!experts.expert_scale.empty()) w *= experts.expert_scale.f32()[e];
-      float* dst = partial.data() + pairs[size_t(i)] * H;
-      const float* src = y.view().f32() + i * H;
+      A w = act<A>(weights)[pairs[size_t(i)]];
+      if (!experts.expert_scale.empty()) w *= A(experts.expert_scale.f32()[e]);
+      A* dst = partial.data() + pairs[size_t(i)] * H;
+      const A* src = act<A>(y.view()) + i * H;
       for (int64_t c = 0; c < H; ++c) dst[c] = w * src[c];
     }
   }
   for (int64_t t = 0; t < T; ++t) {
-    float* o = out.f32() + t * H;
-    for (int64_t c = 0; c < H; ++c) o[c] = 0.0f;
+    A* o = act<A>(out) + t * H;
+    for (int64_t c = 0; c < H; ++c) o[c] = A(0);
     for (int j = 0; j < k; ++j) {
-      const float* p = partial.data() + (t * k + j) * H;
+      const A* p = partial.data() + (t * k + j) * H;
       for (int64_t c = 0; c < H; ++c) o[c] += p[c];
     }
   }
+  });
 }
 
 }  // namespace kestrel::cpu

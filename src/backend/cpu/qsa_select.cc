@@ -28,17 +28,18 @@ void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Te
   KCHECK(r > 0 && p.budget % r == 0 && select.dtype == DType::kI32);
   KCHECK(select.rows == q.rows && select.cols == p.budget + r - 1);
   KCHECK(q.cols == int64_t(p.n_heads) * d && k.cols == d && cache.index_k.cols == d && k_norm.cols == d);
+  with_act(q, [&]<typename A>() {
   // 1. append this step's raw keys
   for (int64_t row = 0; row < k.rows; ++row) {
     const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(row)])];
     const int64_t dst = cache_row(plan, s, plan.positions[size_t(row)]);
-    std::memcpy(cache.index_k.f32() + dst * d, k.f32() + row * d, size_t(d) * 4);
+    std::memcpy(act<A>(cache.index_k) + dst * d, act<A>(k) + row * d, size_t(d) * sizeof(A));
   }
   const int keep_blocks = p.budget / r;
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
   // 2. select, one row per work item
   ThreadPool::global().parallel_for(q.rows, [&](int64_t r0, int64_t r1) {
-    std::vector<float> pooled(static_cast<size_t>(d));
+    std::vector<A> pooled(static_cast<size_t>(d));
     std::vector<double> scores;
     std::vector<int32_t> order;
     for (int64_t row = r0; row < r1; ++row) {
@@ -49,17 +50,17 @@ void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Te
       for (int64_t b = 0; b < n_blocks; ++b) {
         for (int i = 0; i < d; ++i) {
           double acc = 0.0;
-          for (int j = 0; j < r; ++j) acc += double(cache.index_k.f32()[cache_row(plan, s, b * r + j) * d + i]);
-          pooled[size_t(i)] = float(acc / double(r));
+          for (int j = 0; j < r; ++j) acc += double(act<A>(cache.index_k)[cache_row(plan, s, b * r + j) * d + i]);
+          pooled[size_t(i)] = A(acc / double(r));
         }
         double ss = 0.0;
         for (int i = 0; i < d; ++i) ss += double(pooled[size_t(i)]) * double(pooled[size_t(i)]);
-        const float inv = float(1.0 / std::sqrt(ss / double(d) + double(p.eps)));
-        for (int i = 0; i < d; ++i) pooled[size_t(i)] = (pooled[size_t(i)] * inv) * k_norm.f32()[i];
+        const A inv = A(1.0 / std::sqrt(ss / double(d) + double(p.eps)));
+        for (int i = 0; i < d; ++i) pooled[size_t(i)] = (pooled[size_t(i)] * inv) * A(k_norm.f32()[i]);
         rope_vector(pooled.data(), d, p.rope, b * r);
         double score = 0.0;
         for (int h = 0; h < p.n_heads; ++h) {
-          const float* qh = q.f32() + row * q.cols + int64_t(h) * d;
+          const A* qh = act<A>(q) + row * q.cols + int64_t(h) * d;
           double dot = 0.0;
           for (int i = 0; i < d; ++i) dot += double(qh[i]) * double(pooled[size_t(i)]);
           score += std::max(dot, 0.0);
@@ -81,6 +82,7 @@ void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Te
       KCHECK(n <= select.cols);
       for (; n < select.cols; ++n) out[n] = -1;
     }
+  });
   });
 }
 

@@ -8,8 +8,21 @@
 #include "core/thread_pool.h"
 
 namespace kestrel::cpu {
+namespace {
 
-void rope_vector(float* v, int head_dim, const RopeConfig& cfg, int64_t position) {
+// Inverse frequency of rotating pair i, computed as transformers does: the exponent 2i / dim,
+// theta to that power and its reciprocal, each in fp32. (Rounding the double-precision value
+// once differs by an ulp for some pairs, which the long fixture prompts amplify to ~1e-4 of the
+// logits' RMS.)
+inline float inv_freq(const RopeConfig& cfg, int i, int freq_dim) {
+  const float exponent = float(2 * i) / float(freq_dim);
+  return 1.0f / std::pow(float(cfg.theta), exponent);
+}
+
+}  // namespace
+
+template <typename A>
+void rope_vector_t(A* v, int head_dim, const RopeConfig& cfg, int64_t position) {
   const int rot = cfg.rotary_dim;
   if (rot == 0) return;
   const int half = rot / 2;
@@ -17,14 +30,19 @@ void rope_vector(float* v, int head_dim, const RopeConfig& cfg, int64_t position
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   const float pos = float(position);
   for (int i = 0; i < half; ++i) {
-    const float exponent = float(2 * i) / float(freq_dim);
-    const float inv_freq = float(1.0 / std::pow(cfg.theta, double(exponent)));
-    const float angle = pos * inv_freq;
-    const float cs = float(std::cos(double(angle))), sn = float(std::sin(double(angle)));
-    const float a = v[i], b = v[i + span];
+    const float angle = pos * inv_freq(cfg, i, freq_dim);
+    const A cs = float(std::cos(double(angle))), sn = float(std::sin(double(angle)));
+    const A a = v[i], b = v[i + span];
     v[i] = a * cs - b * sn;
     v[i + span] = b * cs + a * sn;
   }
+}
+
+void rope_vector(float* v, int head_dim, const RopeConfig& cfg, int64_t position) {
+  rope_vector_t(v, head_dim, cfg, position);
+}
+void rope_vector(double* v, int head_dim, const RopeConfig& cfg, int64_t position) {
+  rope_vector_t(v, head_dim, cfg, position);
 }
 
 void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& plan) {
@@ -36,30 +54,29 @@ void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& 
   const int span = cfg.whole_head_pairs ? head_dim / 2 : half;  // distance between a pair's dims
   KCHECK(!cfg.whole_head_pairs || (head_dim % 2 == 0 && half <= span));
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
-  std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    float exponent = float(2 * i) / float(freq_dim);
-    inv_freq[i] = float(1.0 / std::pow(cfg.theta, double(exponent)));
-  }
+  std::vector<float> freqs(half);
+  for (int i = 0; i < half; ++i) freqs[i] = inv_freq(cfg, i, freq_dim);
   const int64_t n_heads = x.cols / head_dim;
+  with_act(x, [&]<typename A>() {
   ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {
     std::vector<float> cs(half), sn(half);
     for (int64_t r = r0; r < r1; ++r) {
       float pos = float(plan.positions[size_t(r)]);
       for (int i = 0; i < half; ++i) {
-        float angle = pos * inv_freq[i];
+        float angle = pos * freqs[i];
         cs[i] = float(std::cos(double(angle)));
         sn[i] = float(std::sin(double(angle)));
       }
       for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x.f32() + r * x.cols + h * head_dim;
+        A* v = act<A>(x) + r * x.cols + h * head_dim;
         for (int i = 0; i < half; ++i) {
-          float a = v[i], b = v[i + span];
-          v[i] = a * cs[i] - b * sn[i];
-          v[i + span] = b * cs[i] + a * sn[i];
+          const A a = v[i], b = v[i + span], c = cs[i], d = sn[i];
+          v[i] = a * c - b * d;
+          v[i + span] = b * c + a * d;
         }
       }
     }
+  });
   });
 }
 

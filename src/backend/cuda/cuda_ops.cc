@@ -286,7 +286,7 @@ void CudaOps::begin_step(const StepPlan& plan) {
   v.block_size = plan.block_size;
 }
 
-void CudaOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
+void CudaOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) {
   cuda::embed(ctx(), out, table, plan, scale);
 }
 void CudaOps::rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {

@@ -49,7 +49,7 @@ class CudaOps final : public Ops {
   void copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) override;
   void begin_step(const StepPlan& plan) override;
 
-  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) override;
+  void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) override;
   void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
   void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;

@@ -143,14 +143,14 @@ void Gemma4Model::per_layer_inputs(const StepPlan& plan, const Tensor& x, const 
   const int64_t T = x.rows, P = cfg_.per_layer_input_dim, LP = ple.cols;
   // context part: rmsnorm over each P-group of (x . W / sqrt(H))
   ops_.matmul(ple, x, ple_model_proj_);
-  ops_.scale(ple, float(1.0 / std::sqrt(double(cfg_.hidden_size))));
+  ops_.scale(ple, 1.0 / std::sqrt(double(cfg_.hidden_size)));
   Tensor groups = ple.reshaped(T * (LP / P), P);
   ops_.rms_norm(groups, groups, ple_norm_, cfg_.norm_eps);
   // token part, then the average of the two (scaled by 1/sqrt(2))
   Tensor tok = ws_.take(T, LP);
-  ops_.embed(tok, ple_embed_, plan, float(std::sqrt(double(P))));
+  ops_.embed(tok, ple_embed_, plan, std::sqrt(double(P)));
   ops_.add(ple, ple, tok);
-  ops_.scale(ple, float(1.0 / std::sqrt(2.0)));
+  ops_.scale(ple, 1.0 / std::sqrt(2.0));
 }
 
 void Gemma4Model::moe_beside_mlp(const Gemma4Layer& layer, const Tensor& x, const Tensor& f) {

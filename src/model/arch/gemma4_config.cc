@@ -62,7 +62,7 @@ ModelConfig parse_gemma4_config(const nlohmann::json& root, const std::string& p
   cfg.tie_embeddings = f.get_bool("tie_word_embeddings", top.get_bool("tie_word_embeddings", true));
   // transformers scales by hidden**0.5 cast to the weights' dtype; in fp32 (our activations)
   // that is the fp32 value of sqrt(hidden). (A bf16 run rounds it, e.g. sqrt(3072) -> 55.5.)
-  cfg.embed_scale = float(std::sqrt(double(cfg.hidden_size)));
+  cfg.embed_scale = std::sqrt(double(cfg.hidden_size));
   if (f.has("final_logit_softcapping"))
     cfg.final_logit_softcap = float(f.get_double("final_logit_softcapping", 1e-3, 1e6));
 

@@ -300,11 +300,30 @@ void CudaOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cuda::mul_sigmo
 void CudaOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::silu_mul(ctx(), out, gate, up);
 }
+void CudaOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cuda::gelu_tanh_mul(ctx(), out, gate, up);
+}
+void CudaOps::scale(const Tensor& x, float s) { cuda::scale(ctx(), x, s); }
+void CudaOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cuda::slice_cols(ctx(), out, x, begin); }
 void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   cuda::gather_rows(ctx(), out, x, rows);
 }
 void CudaOps::softcap(const Tensor& x, float cap) { cuda::softcap(ctx(), x, cap); }
 void CudaOps::argmax(const Tensor& ids, const Tensor& x) { cuda::argmax(ctx(), ids, x); }
+void CudaOps::activation(const Tensor& x, Activation act) { cuda::activation(ctx(), x, act); }
+void CudaOps::mul(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::mul(ctx(), out, a, b); }
+void CudaOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
+  cuda::group_rms_norm(ctx(), out, x, w, group, eps);
+}
+void CudaOps::embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
+  cuda::embed_rows(ctx(), out, shards, ids);
+}
+void CudaOps::streams_expand(const Tensor& out, const Tensor& y) { cuda::streams_expand(ctx(), out, y); }
+void CudaOps::streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) { cuda::streams_mix(ctx(), out, w, x); }
+void CudaOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) {
+  cuda::streams_inject(ctx(), x, y, w, accumulate);
+}
+void CudaOps::stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { cuda::stream_gate(ctx(), g, a, b); }
 void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
   if (rope.whole_head_pairs) refuse("rope (whole-head pairing, Gemma 4 proportional RoPE)");

@@ -21,6 +21,21 @@ TEST_F(GpuTest, Rope) {
   }
 }
 
+// Gemma 4's proportional RoPE: pairs (i, i + head_dim/2), the first rotary_dim/2 rotating.
+TEST_F(GpuTest, RopeWholeHeadPairs) {
+  struct Case { int hd, rot, heads; double theta; };
+  for (Case c : {Case{512, 128, 2, 1e6}, Case{64, 16, 4, 1e6}, Case{256, 64, 3, 1e4}, Case{128, 128, 1, 1e4}}) {
+    StepPlan plan = make_plan({{0, 9}, {1000, 1}, {70000, 3}}, 100, rng_);
+    Buffer x = random(plan.n_rows(), int64_t(c.heads) * c.hd);
+    Buffer dx = up(x);
+    RopeConfig rc{.theta = c.theta, .rotary_dim = c.rot, .freq_dim = c.hd, .whole_head_pairs = true};
+    cpu_.rope(x, c.hd, rc, plan);
+    gpu().begin_step(plan);
+    gpu().rope(dx, c.hd, rc, plan);
+    EXPECT_LE(rel_err(down(dx), host(x)), 1e-5) << "hd " << c.hd << " rot " << c.rot;
+  }
+}
+
 TEST_F(GpuTest, Attention) {
   struct Case { int heads, kv, hd; };
   // A mixed prefill/decode batch (one split per row), and decode rows over long contexts (the

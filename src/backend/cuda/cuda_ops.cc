@@ -326,7 +326,6 @@ void CudaOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, 
 void CudaOps::stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { cuda::stream_gate(ctx(), g, a, b); }
 void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
-  if (rope.whole_head_pairs) refuse("rope (whole-head pairing, Gemma 4 proportional RoPE)");
   cuda::rope(ctx(), x, head_dim, rope, plan);
 }
 void CudaOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -330,10 +330,10 @@ void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const 
 }
 void CudaOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                         const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
-  if (cache.ring_rows > 0) refuse("attention over a sliding-window ring cache");
-  if (!p.write_kv || k.empty()) refuse("attention over shared KV (write_kv = false)");
-  if (!p.select.empty()) refuse("attention over a QSA selection");
   cuda::attention(ctx(), out, q, k, v, cache, p, plan);
+}
+void CudaOps::kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
+  cuda::kv_write(ctx(), cache, k, v, plan);
 }
 void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                           const StepPlan& plan) {

@@ -352,8 +352,6 @@ void CudaOps::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& 
 }
 void CudaOps::moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const ExpertWeights& experts) {
-  if (experts.act != Activation::kSilu || !experts.expert_scale.empty())
-    refuse("moe_experts with a non-SiLU activation or per-expert scales");
   cuda::moe_experts(ctx(), out, x, ids, weights, experts);
 }
 

@@ -119,6 +119,8 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& r
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);
 void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);
+void dilated_conv1d_silu(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
+                         int kernel, int dilation, const StepPlan& plan);
 void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                  const StepPlan& plan);
 void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,

@@ -81,7 +81,8 @@ enum ScratchSlot : int {
   kSlotMoeIndex = 6,       // MoE pairs grouped by expert: counts, offsets, cursors, order
   kSlotConvOut = 7,        // conv1d outputs before they replace the inputs
   kSlotEmbedRows = 8,      // embed_rows: where each output row comes from
-  kNumSlots = 9,
+  kSlotQsaScores = 9,      // qsa_select: [T, max blocks] block scores
+  kNumSlots = 10,
 };
 
 // Checks that begin_step ran with this plan.
@@ -119,6 +120,8 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& r
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);
 void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);
+void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                const KvLayerView& cache, const QsaParams& p, const StepPlan& plan);
 void dilated_conv1d_silu(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
                          int kernel, int dilation, const StepPlan& plan);
 void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,

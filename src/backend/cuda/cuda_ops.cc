@@ -335,6 +335,10 @@ void CudaOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, con
 void CudaOps::kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
   cuda::kv_write(ctx(), cache, k, v, plan);
 }
+void CudaOps::qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                         const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) {
+  cuda::qsa_select(ctx(), select, q, k, k_norm, cache, p, plan);
+}
 void CudaOps::dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state, int kernel,
                                   int dilation, const StepPlan& plan) {
   cuda::dilated_conv1d_silu(ctx(), out, x, w, state, kernel, dilation, plan);

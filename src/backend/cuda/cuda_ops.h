@@ -74,6 +74,8 @@ class CudaOps final : public Ops {
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                  const AttentionParams& p, const StepPlan& plan) override;
   void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) override;
+  void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                  const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) override;
   void dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state, int kernel,
                            int dilation, const StepPlan& plan) override;
   void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,

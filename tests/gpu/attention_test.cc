@@ -1,6 +1,13 @@
-// CUDA vs CPU rope and paged attention (GQA, sliding window, mixed prefill and decode rows).
+// CUDA vs CPU rope and attention (GQA, sliding window, mixed prefill and decode rows): over the
+// paged cache, over sliding-window rings, over KV another layer wrote (write_kv = false, or no
+// step k/v at all), over per-row selections (QSA), and kv_write.
 // Tolerances: rope does the CPU's arithmetic (1e-5). Attention uses an online softmax split
 // over 4 warps instead of the CPU's two passes: same math, different rounding order (1e-5).
+// Cache writes are copies (exact).
+#include <algorithm>
+#include <tuple>
+
+#include "cache/model_cache.h"
 #include "gpu_test_util.h"
 
 namespace kestrel::test {
@@ -14,6 +21,21 @@ TEST_F(GpuTest, Rope) {
     Buffer x = random(plan.n_rows(), int64_t(c.heads) * c.hd);
     Buffer dx = up(x);
     RopeConfig rc{.theta = c.theta, .rotary_dim = c.rot, .freq_dim = c.freq_dim};
+    cpu_.rope(x, c.hd, rc, plan);
+    gpu().begin_step(plan);
+    gpu().rope(dx, c.hd, rc, plan);
+    EXPECT_LE(rel_err(down(dx), host(x)), 1e-5) << "hd " << c.hd << " rot " << c.rot;
+  }
+}
+
+// Gemma 4's proportional RoPE: pairs (i, i + head_dim/2), the first rotary_dim/2 rotating.
+TEST_F(GpuTest, RopeWholeHeadPairs) {
+  struct Case { int hd, rot, heads; double theta; };
+  for (Case c : {Case{512, 128, 2, 1e6}, Case{64, 16, 4, 1e6}, Case{256, 64, 3, 1e4}, Case{128, 128, 1, 1e4}}) {
+    StepPlan plan = make_plan({{0, 9}, {1000, 1}, {70000, 3}}, 100, rng_);
+    Buffer x = random(plan.n_rows(), int64_t(c.heads) * c.hd);
+    Buffer dx = up(x);
+    RopeConfig rc{.theta = c.theta, .rotary_dim = c.rot, .freq_dim = c.hd, .whole_head_pairs = true};
     cpu_.rope(x, c.hd, rc, plan);
     gpu().begin_step(plan);
     gpu().rope(dx, c.hd, rc, plan);
@@ -53,6 +75,121 @@ TEST_F(GpuTest, Attention) {
       EXPECT_EQ(down(dkc), host(kc)) << what << ": k cache";
       EXPECT_EQ(down(dvc), host(vc)) << what << ": v cache";
     }
+  }
+}
+
+// The general attention path against the CPU: one batch of mixed prefill chunks (some continuing
+// a cached past) and decode rows, with the cache as a ring per sequence slot (sliding layers) or
+// paged blocks, the step's k/v written or not (KV-shared readers), no step k/v at all, or a
+// selection of positions per row.
+struct GeneralAttention {
+  int heads, kv, hd;
+  int window = 0;
+  bool ring = false;      // the cache is a ring of ring_rows(window, 16) rows per slot
+  bool write_kv = true;
+  bool step_kv = true;    // false: k, v empty (every position from the cache)
+  int select_cols = 0;    // > 0: a random selection of this many entries per row (-1 padded)
+};
+
+class AttentionGeneral : public GpuTest {
+ protected:
+  void check(const GeneralAttention& c, const std::vector<std::pair<int, int>>& seqs) {
+    int32_t n_blocks = 0;
+    StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
+    const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
+    const int rr = c.ring ? ring_rows(c.window, 16) : 0;
+    const int64_t cache_rows = c.ring ? int64_t(seqs.size()) * rr : int64_t(n_blocks) * 16;
+    Buffer kc = random(cache_rows, kvw), vc = random(cache_rows, kvw);
+    Buffer dkc = up(kc), dvc = up(vc);
+    Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw);
+    Buffer dq = up(q), dk = up(k), dv = up(v);
+    Buffer sel, dsel;
+    if (c.select_cols > 0) {
+      sel = cpu_.alloc(DType::kI32, T, c.select_cols);
+      for (int64_t r = 0; r < T; ++r) {
+        const int pos = plan.positions[size_t(r)];
+        std::vector<int32_t> all(size_t(pos) + 1);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng_);
+        all.resize(std::min<size_t>(all.size(), size_t(c.select_cols) - 2));  // at least two -1 entries
+        all.resize(size_t(c.select_cols), -1);
+        std::shuffle(all.begin(), all.end(), rng_);
+        std::copy(all.begin(), all.end(), sel.view().as<int32_t>() + r * c.select_cols);
+      }
+      dsel = up(sel);
+    }
+    Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
+    AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd, .scale = 1.0f / std::sqrt(float(c.hd)),
+                      .window = c.window, .write_kv = c.write_kv};
+    const Tensor hk = c.step_kv ? k.view() : Tensor{}, hv = c.step_kv ? v.view() : Tensor{};
+    const Tensor gk = c.step_kv ? dk.view() : Tensor{}, gv = c.step_kv ? dv.view() : Tensor{};
+    p.select = sel.view();
+    cpu_.attention(ref, q, hk, hv, {.k = kc, .v = vc, .ring_rows = rr}, p, plan);
+    p.select = dsel.view();
+    gpu().begin_step(plan);
+    gpu().attention(out, dq, gk, gv, {.k = dkc, .v = dvc, .ring_rows = rr}, p, plan);
+    const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
+                             std::to_string(c.hd) + " window " + std::to_string(c.window) + (c.ring ? " ring" : "") +
+                             (c.write_kv ? "" : " no-write") + (c.step_kv ? "" : " cache-only") + " select " +
+                             std::to_string(c.select_cols) + " rows " + std::to_string(T);
+    EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << what;
+    EXPECT_EQ(down(dkc), host(kc)) << what << ": k cache";
+    EXPECT_EQ(down(dvc), host(vc)) << what << ": v cache";
+  }
+};
+
+// Prefill chunks longer than the ring (the step's own positions come from k/v), chunks continuing
+// a past, decode rows; slots 0..5.
+const std::vector<std::vector<std::pair<int, int>>> kGeneralBatches = {
+    {{0, 70}, {5, 1}, {40, 1}, {17, 9}, {0, 1}, {100, 40}}, {{300, 1}, {1000, 1}, {5, 1}, {33, 2}}};
+
+TEST_F(AttentionGeneral, RingCache) {
+  for (const auto& seqs : kGeneralBatches) {
+    for (int window : {5, 16, 40}) {
+      for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{8, 1, 256}, std::tuple{2, 2, 80}}) {
+        check({.heads = heads, .kv = kv, .hd = hd, .window = window, .ring = true}, seqs);
+        check({.heads = heads, .kv = kv, .hd = hd, .window = window, .ring = true, .write_kv = false}, seqs);
+      }
+    }
+  }
+}
+
+TEST_F(AttentionGeneral, SharedKv) {
+  for (const auto& seqs : kGeneralBatches) {
+    for (int window : {0, 16}) {
+      for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{4, 1, 512}, std::tuple{4, 2, 64}}) {
+        check({.heads = heads, .kv = kv, .hd = hd, .window = window, .write_kv = false}, seqs);
+        check({.heads = heads, .kv = kv, .hd = hd, .window = window, .write_kv = false, .step_kv = false}, seqs);
+      }
+    }
+  }
+}
+
+TEST_F(AttentionGeneral, Selection) {
+  for (const auto& seqs : kGeneralBatches) {
+    for (int cols : {3, 19, 200}) {
+      for (auto [heads, kv, hd] : {std::tuple{4, 2, 64}, std::tuple{8, 2, 128}}) {
+        check({.heads = heads, .kv = kv, .hd = hd, .select_cols = cols}, seqs);
+        check({.heads = heads, .kv = kv, .hd = hd, .write_kv = false, .select_cols = cols}, seqs);
+      }
+    }
+  }
+}
+
+// kv_write: paged blocks, and rings that keep only each sequence's last ring_rows positions.
+TEST_F(GpuTest, KvWrite) {
+  for (bool ring : {false, true}) {
+    int32_t n_blocks = 0;
+    StepPlan plan = make_plan({{0, 70}, {5, 1}, {40, 3}, {0, 20}}, 100, rng_, 16, &n_blocks);
+    const int rr = ring ? ring_rows(16, 16) : 0;
+    const int64_t rows = ring ? 4 * int64_t(rr) : int64_t(n_blocks) * 16, w = 96;
+    Buffer kc = random(rows, w), vc = random(rows, w), k = random(plan.n_rows(), w), v = random(plan.n_rows(), w);
+    Buffer dkc = up(kc), dvc = up(vc), dk = up(k), dv = up(v);
+    cpu_.kv_write({.k = kc, .v = vc, .ring_rows = rr}, k, v, plan);
+    gpu().begin_step(plan);
+    gpu().kv_write({.k = dkc, .v = dvc, .ring_rows = rr}, dk, dv, plan);
+    EXPECT_EQ(down(dkc), host(kc)) << (ring ? "ring" : "paged");
+    EXPECT_EQ(down(dvc), host(vc)) << (ring ? "ring" : "paged");
   }
 }
 

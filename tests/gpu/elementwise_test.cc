@@ -1,7 +1,10 @@
 // CUDA vs CPU parity of the row-wise and elementwise ops over a grid of shapes.
-// Tolerances: these ops do the same float arithmetic as the CPU (norms sum in double on both),
-// so they agree to a few float ulps: relative error <= 1e-5.
+// Tolerances: these ops do the same float arithmetic as the CPU (norms sum in double on both,
+// gelu-tanh runs in double on both), so they agree to a few float ulps: relative error <= 1e-5;
+// copies (slice_cols, embed_rows) are exact.
+#include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "gpu_test_util.h"
 
@@ -87,6 +90,94 @@ TEST_F(GpuTest, AddGatesSoftcap) {
       EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "softcap";
     }
   }
+}
+
+// Gemma 4 / Qwen4-Exp elementwise ops: gelu_tanh_mul (also in place), scale, activation, mul.
+TEST_F(GpuTest, GeluMulScaleActivationMul) {
+  for (int T : {1, 5, 70}) {
+    for (int C : {1, 33, 512}) {
+      Buffer a = random(T, C, 2.0f), b = random(T, C);
+      Buffer da = up(a), db = up(b);
+      Buffer ref = cpu_.alloc(DType::kF32, T, C), out = gpu().alloc(DType::kF32, T, C);
+      cpu_.gelu_tanh_mul(ref, a, b);
+      gpu().gelu_tanh_mul(out, da, db);
+      EXPECT_LE(rel_err(down(out), host(ref)), kTol) << "gelu_tanh_mul " << T << "x" << C;
+      Buffer x = copy(a), dx = up(a);
+      cpu_.gelu_tanh_mul(x, x, b);  // out = gate
+      gpu().gelu_tanh_mul(dx, dx, db);
+      EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "gelu_tanh_mul in place " << T << "x" << C;
+      cpu_.mul(ref, a, b);
+      gpu().mul(out, da, db);
+      EXPECT_EQ(down(out), host(ref)) << "mul " << T << "x" << C;
+      cpu_.scale(x, 0.37f);
+      gpu().scale(dx, 0.37f);
+      EXPECT_EQ(down(dx), host(x)) << "scale " << T << "x" << C;
+      for (Activation act : {Activation::kSilu, Activation::kSigmoid, Activation::kGeluTanh}) {
+        cpu_.activation(x, act);
+        gpu().activation(dx, act);
+        EXPECT_LE(rel_err(down(dx), host(x)), kTol) << "activation " << int(act) << " " << T << "x" << C;
+      }
+    }
+  }
+}
+
+TEST_F(GpuTest, SliceCols) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (auto [C, begin, n] : {std::tuple{96, 0, 16}, std::tuple{96, 80, 16}, std::tuple{100, 7, 33}}) {
+      Buffer x = random(dt, 9, C);
+      Buffer dx = up(x);
+      Buffer ref = cpu_.alloc(dt, 9, n), out = gpu().alloc(dt, 9, n);
+      cpu_.slice_cols(ref, x, begin);
+      gpu().slice_cols(out, dx, begin);
+      std::vector<uint8_t> got(ref.view().nbytes());
+      gpu().to_host(out, got.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.view().data, got.size())) << dtype_name(dt) << " begin " << begin;
+    }
+  }
+}
+
+// Per-column weights over column groups (hyper-connection streams), out of place and in place.
+TEST_F(GpuTest, GroupRmsNorm) {
+  for (int T : {1, 9}) {
+    for (int group : {16, 128, 1000, 2048}) {
+      for (int n : {1, 4}) {
+        for (bool weight : {false, true}) {
+          const int64_t C = int64_t(n) * group;
+          Buffer x = random(T, C, 3.0f), w = random(1, C);
+          Buffer dx = up(x), dw = up(w);
+          const Tensor hw = weight ? w.view() : Tensor{}, gw = weight ? dw.view() : Tensor{};
+          Buffer ref = cpu_.alloc(DType::kF32, T, C), out = gpu().alloc(DType::kF32, T, C);
+          cpu_.group_rms_norm(ref, x, hw, group, 1e-6f);
+          gpu().group_rms_norm(out, dx, gw, group, 1e-6f);
+          const std::string what = std::to_string(T) + " rows, " + std::to_string(n) + " groups of " +
+                                   std::to_string(group) + (weight ? ", weighted" : "");
+          EXPECT_LE(rel_err(down(out), host(ref)), kTol) << what;
+          gpu().group_rms_norm(dx, dx, gw, group, 1e-6f);
+          EXPECT_LE(rel_err(down(dx), host(ref)), kTol) << "in place, " << what;
+        }
+      }
+    }
+  }
+}
+
+// Rows of a table split into shards of different dtypes and sizes, ids crossing every shard.
+TEST_F(GpuTest, EmbedRows) {
+  const int D = 48;
+  std::vector<Buffer> host_shards, dev_shards;
+  const std::vector<std::pair<DType, int>> shards = {{DType::kBF16, 50}, {DType::kF32, 7}, {DType::kF16, 30}};
+  std::vector<Tensor> hs, ds;
+  for (auto [dt, rows] : shards) {
+    host_shards.push_back(random(dt, rows, D));
+    dev_shards.push_back(up(host_shards.back()));
+    hs.push_back(host_shards.back());
+    ds.push_back(dev_shards.back());
+  }
+  const std::vector<int32_t> ids = {0, 49, 50, 56, 57, 86, 3, 3, 55, 70};
+  Buffer ref = cpu_.alloc(DType::kF32, int64_t(ids.size()), D);
+  Buffer out = gpu().alloc(DType::kF32, int64_t(ids.size()), D);
+  cpu_.embed_rows(ref, hs, ids);
+  gpu().embed_rows(out, ds, ids);
+  EXPECT_EQ(down(out), host(ref));
 }
 
 TEST_F(GpuTest, GatherRows) {

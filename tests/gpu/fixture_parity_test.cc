@@ -1,4 +1,5 @@
-// Every Qwen-line fixture through the CUDA backend against transformers' reference logits:
+// Every fixture (the Qwen line, Gemma 4 and Qwen4-Exp) through the CUDA backend against
+// transformers' reference logits:
 // within 2e-2 of the logits' RMS (bf16-level; `kestrel parity --device cuda` uses the same), with
 // greedy continuations identical or flipping only at a documented near-tie. Asserted for the
 // default matmul precision and for kExact; the faster BF16 precisions are measured and printed.
@@ -63,6 +64,12 @@ TEST_P(FixtureParity, FasterPrecisionsMeasured) {
 INSTANTIATE_TEST_SUITE_P(Qwen, FixtureParity,
                          ::testing::Values("qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_tied", "qwen3_5_moe",
                                            "qwen3_next"));
+// Gemma 4 (sliding-window rings, proportional RoPE, per-layer embeddings, softcap; the MoE block
+// with GeGLU experts and per-expert scales; KV sharing; K = V) and Qwen4-Exp (hyper-connection
+// streams, hashed n-gram PLE with its dilated conv, QSA sparse attention).
+INSTANTIATE_TEST_SUITE_P(Gemma4Qwen4Exp, FixtureParity,
+                         ::testing::Values("gemma4_text", "gemma4_text_moe", "gemma4_text_kvshared", "gemma4_text_keqv",
+                                           "qwen4_exp"));
 #endif
 
 }  // namespace

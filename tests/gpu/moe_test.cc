@@ -2,6 +2,8 @@
 // Tolerances: routing picks the same experts (exactly) with weights from the same double
 // softmax (1e-6); the experts are F32 dot products of the stored weights in a different order
 // than the CPU's grouped matmuls (1e-5).
+#include <tuple>
+
 #include "gpu_test_util.h"
 
 namespace kestrel::test {
@@ -86,6 +88,76 @@ TEST_F(GpuTest, MoeExpertsBatchedEqualAlone) {
   for (int t = 0; t < T; ++t) {
     Buffer one = gpu().alloc(DType::kF32, 1, H);
     gpu().moe_experts(one, dx.view().rows_slice(t, 1), dids.view().rows_slice(t, 1), dwts.view().rows_slice(t, 1), dw);
+    const std::vector<float> alone = down(one);
+    for (int c = 0; c < H; ++c) ASSERT_EQ(alone[size_t(c)], together[size_t(t * H + c)]) << "token " << t << " col " << c;
+  }
+}
+
+// Gemma 4's experts: GeGLU, routing weights times a per-expert scale, the experts' matrices row
+// ranges of fused [E, 2F, H] gate_up and [E, H, F] down tensors (as the loader splits them).
+struct GemmaExperts {
+  Buffer gate_up, down, scale;        // host
+  Buffer dgate_up, ddown, dscale;     // device
+  ExpertWeights host, dev;
+};
+
+class MoeGemma : public GpuTest {
+ protected:
+  GemmaExperts experts(int E, int H, int F) {
+    GemmaExperts g;
+    g.gate_up = random(DType::kBF16, int64_t(E) * 2 * F, H, 0.1f);
+    g.down = random(DType::kBF16, int64_t(E) * H, F, 0.1f);
+    g.scale = random(DType::kF32, 1, E, 0.5f);
+    for (int e = 0; e < E; ++e) g.scale.view().f32()[e] += 1.0f;
+    g.dgate_up = up(g.gate_up);
+    g.ddown = up(g.down);
+    g.dscale = up(g.scale);
+    for (auto [w, gu, dn, sc] : {std::tuple{&g.host, &g.gate_up, &g.down, &g.scale},
+                                 std::tuple{&g.dev, &g.dgate_up, &g.ddown, &g.dscale}}) {
+      w->act = Activation::kGeluTanh;
+      w->expert_scale = sc->view();
+      for (int e = 0; e < E; ++e) {
+        w->gate.push_back(gu->view().rows_slice(int64_t(e) * 2 * F, F));
+        w->up.push_back(gu->view().rows_slice(int64_t(e) * 2 * F + F, F));
+        w->down.push_back(dn->view().rows_slice(int64_t(e) * H, H));
+      }
+    }
+    return g;
+  }
+};
+
+TEST_F(MoeGemma, GeluExpertsWithScales) {
+  struct Case { int T, E, k, H, F; };
+  // aligned shapes (grouped kernels) including the fixture's (H 128, F 64) and 26B-A4B-like rows
+  // (H 2816 past the shared-memory tile, F 704), and an unaligned one (per-pair kernels)
+  for (Case c : {Case{1, 8, 3, 128, 64}, Case{37, 8, 3, 128, 64}, Case{20, 16, 8, 2816, 704}, Case{5, 8, 2, 100, 36}}) {
+    GemmaExperts g = experts(c.E, c.H, c.F);
+    Buffer x = random(c.T, c.H), logits = random(c.T, c.E);
+    Buffer ids = cpu_.alloc(DType::kI32, c.T, c.k), w = cpu_.alloc(DType::kF32, c.T, c.k);
+    cpu_.moe_route(ids, w, logits, c.k, true);
+    Buffer dx = up(x), dids = up(ids), dwts = up(w);
+    Buffer ref = cpu_.alloc(DType::kF32, c.T, c.H), out = gpu().alloc(DType::kF32, c.T, c.H);
+    cpu_.moe_experts(ref, x, ids, w, g.host);
+    gpu().moe_experts(out, dx, dids, dwts, g.dev);
+    EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << "T " << c.T << " E " << c.E << " H " << c.H << " F " << c.F;
+  }
+}
+
+// GeGLU experts with scales keep the batch invariance of the SwiGLU ones: bit-identical alone.
+TEST_F(MoeGemma, BatchedEqualAlone) {
+  const int T = 24, E = 8, k = 3, H = 1032, F = 256;
+  GemmaExperts g = experts(E, H, F);
+  Buffer x = random(T, H), logits = random(T, E);
+  Buffer ids = cpu_.alloc(DType::kI32, T, k), w = cpu_.alloc(DType::kF32, T, k);
+  cpu_.moe_route(ids, w, logits, k, true);
+  Buffer dx = up(x), dids = up(ids), dwts = up(w);
+  Buffer all = gpu().alloc(DType::kF32, T, H);
+  gpu().moe_experts(all, dx, dids, dwts, g.dev);
+  const std::vector<float> together = down(all);
+  for (int t = 0; t < T; ++t) {
+    Buffer one = gpu().alloc(DType::kF32, 1, H);
+    gpu().moe_experts(one, dx.view().rows_slice(t, 1), dids.view().rows_slice(t, 1), dwts.view().rows_slice(t, 1),
+                      g.dev);
     const std::vector<float> alone = down(one);
     for (int c = 0; c < H; ++c) ASSERT_EQ(alone[size_t(c)], together[size_t(t * H + c)]) << "token " << t << " col " << c;
   }

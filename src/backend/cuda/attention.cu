@@ -7,6 +7,13 @@
 //    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
 //    merges the splits. A simple correct kernel for prefill and decode alike; a tiled
 //    (flash-attention) prefill kernel is the next step, see docs/cuda.md.
+// The general path (attention_ext_kernel) covers what that write-first order cannot: a sliding
+// window's ring cache (the step's own positions may be more than the ring holds), attention over
+// KV another layer wrote (write_kv = false, or no k/v at all) and a per-row selection of positions
+// (QSA). It reads each position from the step's k/v when the step holds it (position >= n_past)
+// and from the cache otherwise, as the CPU oracle does, and writes the step's k/v afterwards
+// (kv_write_ext_kernel: paged, or only the last ring_rows positions of each sequence for a ring).
+// Its softmax, split-KV partition and combine are the first kernel's.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -185,13 +192,9 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
   }
 }
 
-// Splits per row: enough blocks to cover the GPU twice, at least kMinKeysPerSplit keys each.
-int choose_splits(const StepPlan& plan, const AttentionParams& p) {
-  int64_t max_keys = 1;
-  for (int32_t pos : plan.positions) {
-    const int64_t first = p.window > 0 ? std::max<int64_t>(0, int64_t(pos) - p.window + 1) : 0;
-    max_keys = std::max<int64_t>(max_keys, pos - first + 1);
-  }
+// Splits per row for rows of at most max_keys keys: enough blocks to cover the GPU twice, at least
+// kMinKeysPerSplit keys each.
+int splits_for(const StepPlan& plan, const AttentionParams& p, int64_t max_keys) {
   static const int n_sm = [] {
     int dev = 0, n = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -204,36 +207,268 @@ int choose_splits(const StepPlan& plan, const AttentionParams& p) {
   return int(std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits));
 }
 
+// Splits for the rows' windows [max(0, pos - window + 1), pos].
+int choose_splits(const StepPlan& plan, const AttentionParams& p) {
+  int64_t max_keys = 1;
+  for (int32_t pos : plan.positions) {
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, int64_t(pos) - p.window + 1) : 0;
+    max_keys = std::max<int64_t>(max_keys, pos - first + 1);
+  }
+  return splits_for(plan, p, max_keys);
+}
+
+
+// ---- the general path: ring caches, KV written by another layer, per-row selections ----
+
+// Row of the cache tensors holding position `pos` of sequence `s`: its ring row (ring_rows > 0:
+// one ring per state slot) or its paged block's row.
+__device__ __forceinline__ int64_t cache_row_ext(const int32_t* block_tables, const SeqStep& s, int block_size,
+                                                 int ring_rows, int64_t pos) {
+  if (ring_rows > 0) return int64_t(s.state_slot) * ring_rows + pos % ring_rows;
+  return cache_row(block_tables, s, block_size, pos);
+}
+
+// grid: T blocks; copies k[r], v[r] to the cache row of positions[r]. A ring keeps only each
+// sequence's last ring_rows positions of the step (earlier rows would be overwritten anyway).
+__global__ void kv_write_ext_kernel(float* __restrict__ kc, float* __restrict__ vc,  // cache rows [*, kv_width]
+                                    const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
+                                    const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
+                                    const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
+                                    int block_size, int ring_rows, int64_t kv_width) {
+  const int64_t r = blockIdx.x;
+  const SeqStep s = seqs[row_seq[r]];
+  if (ring_rows > 0 && int64_t(s.row_begin) + s.n_tokens - r > ring_rows) return;
+  const int64_t row = cache_row_ext(block_tables, s, block_size, ring_rows, positions[r]);
+  for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
+    kc[row * kv_width + i] = k[r * kv_width + i];
+    vc[row * kv_width + i] = v[r * kv_width + i];
+  }
+}
+
+// grid: (T, n_heads, n_splits); block: kWarps warps; as attention_kernel, except for where keys
+// come from. A row's keys: positions [first, pos] (first = pos - window + 1 with a window), or
+// the row's select entries (-1 = unused). Position j is this step's k/v row (ks, vs non-null and
+// j >= n_past) or the cache's (ring or paged).
+template <int DPL>
+__global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * hd]
+                                     const float* __restrict__ q,   // [T, n_heads * hd]
+                                     const float* __restrict__ kc, const float* __restrict__ vc,  // cache rows
+                                     const float* __restrict__ ks, const float* __restrict__ vs,  // [T, kv_width] or null
+                                     const int32_t* __restrict__ select,  // [T, sel_cols] or null
+                                     int sel_cols, const int32_t* __restrict__ positions,
+                                     const int32_t* __restrict__ row_seq, const SeqStep* __restrict__ seqs,
+                                     const int32_t* __restrict__ block_tables, int block_size, int ring_rows,
+                                     int n_heads, int group, int hd, float scale, int window,
+                                     float* __restrict__ part) {
+  extern __shared__ float smem[];
+  float* qs = smem;                        // [hd]
+  float* accs = qs + hd;                   // [kWarps, hd]
+  float* ms = accs + kWarps * hd;          // [kWarps]
+  float* ls = ms + kWarps;                 // [kWarps]
+  const int64_t r = blockIdx.x;
+  const int h = blockIdx.y, kvh = h / group;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t kv_width = int64_t(n_heads / group) * hd;
+  const SeqStep s = seqs[row_seq[r]];
+  const int64_t pos = positions[r];
+  const int32_t* sel = select ? select + r * sel_cols : nullptr;
+  const int64_t first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t n_keys = sel ? sel_cols : pos - first + 1;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];
+  __syncthreads();
+  float qv[DPL], acc[DPL];
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int d = i * 32 + lane;
+    qv[i] = d < hd ? qs[d] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int n_splits = gridDim.z, split = blockIdx.z;
+  const int64_t per_split = (n_keys + n_splits - 1) / n_splits;
+  const int64_t z0 = split * per_split;
+  const int64_t z1 = z0 + per_split < n_keys ? z0 + per_split : n_keys;  // exclusive
+  for (int64_t z = z0 + warp; z < z1; z += kWarps) {
+    const int64_t j = sel ? int64_t(sel[z]) : first + z;
+    if (j < 0 || j > pos) continue;  // an unused select entry (qsa_select never lists a later position)
+    const float *kr, *vr;
+    if (ks && j >= s.n_past) {
+      const int64_t row = s.row_begin + (j - s.n_past);
+      kr = ks + row * kv_width + int64_t(kvh) * hd;
+      vr = vs + row * kv_width + int64_t(kvh) * hd;
+    } else {
+      const int64_t row = cache_row_ext(block_tables, s, block_size, ring_rows, j);
+      kr = kc + row * kv_width + int64_t(kvh) * hd;
+      vr = vc + row * kv_width + int64_t(kvh) * hd;
+    }
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = i * 32 + lane;
+      if (d < hd) dot += qv[i] * kr[d];
+    }
+    const float score = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, score);
+    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float p = expf(score - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = i * 32 + lane;
+      acc[i] = acc[i] * corr + (d < hd ? p * vr[d] : 0.0f);
+    }
+    m = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int d = i * 32 + lane;
+    if (d < hd) accs[warp * hd + d] = acc[i];
+  }
+  if (lane == 0) {
+    ms[warp] = m;
+    ls[warp] = l;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ms[w]);
+  float L = 0.0f;
+  float f[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = ms[w] == -INFINITY ? 0.0f : expf(ms[w] - M);
+    L += ls[w] * f[w];
+  }
+  if (n_splits == 1) {
+    const float inv = 1.0f / L;
+    float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float v = 0.0f;
+      for (int w = 0; w < kWarps; ++w) v += accs[w * hd + d] * f[w];
+      o[d] = v * inv;
+    }
+    return;
+  }
+  float* pp = part + ((r * n_heads + h) * int64_t(n_splits) + split) * (hd + 2);
+  if (threadIdx.x == 0) {
+    pp[0] = M;  // -inf when this split holds no keys (then L = 0 and acc = 0)
+    pp[1] = L;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < kWarps; ++w) v += accs[w * hd + d] * f[w];
+    pp[2 + d] = v;
+  }
+}
+
+template <int DPL>
+void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const KvLayerView& cache, const AttentionParams& p, int n_splits) {
+  const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
+  float* part = nullptr;
+  if (n_splits > 1) {
+    const size_t n = size_t(q.rows) * p.n_heads * n_splits * (p.head_dim + 2);
+    part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
+  }
+  const bool step_kv = !k.empty();
+  dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
+  attention_ext_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
+      out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr,
+      p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
+      ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, p.n_heads,
+      p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, part);
+  CUDA_CHECK_LAUNCH();
+  if (n_splits > 1) {
+    attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
+        out.f32(), part, p.n_heads, p.head_dim, n_splits);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+// Checks that every row's cache row exists: a ring for the sequence's slot, or blocks covering
+// its position.
+void check_cache_rows(const KvLayerView& cache, const StepPlan& plan) {
+  for (int64_t r = 0; r < plan.n_rows(); ++r) {
+    const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
+    if (cache.ring_rows > 0) {
+      KCHECK_MSG(s.state_slot >= 0 && (int64_t(s.state_slot) + 1) * cache.ring_rows <= cache.k.rows,
+                 "attention: state slot ", s.state_slot, " has no ring in a cache of ", cache.k.rows, " rows");
+    } else {
+      KCHECK(plan.positions[size_t(r)] < int64_t(s.n_blocks) * plan.block_size);
+    }
+  }
+}
+
+void launch_kv_write_ext(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v) {
+  if (k.rows == 0) return;
+  kv_write_ext_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(
+      cache.k.f32(), cache.v.f32(), k.f32(), v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
+      ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
+  check_step(ctx, plan);
+  for (const Tensor* t : {&k, &v, &cache.k, &cache.v}) check_f32(*t, "kv_write tensor");
+  const int64_t width = k.cols;
+  KCHECK_MSG(v.cols == width && cache.k.cols == width && cache.v.cols == width && k.rows == plan.n_rows() &&
+                 v.rows == k.rows,
+             "kv_write: k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "] into a cache of width ",
+             cache.k.cols, " for ", plan.n_rows(), " rows");
+  check_cache_rows(cache, plan);
+  launch_kv_write_ext(ctx, cache, k, v);
+}
 
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
   check_step(ctx, plan);
-  for (const Tensor* t : {&out, &q, &k, &v, &cache.k, &cache.v}) check_f32(*t, "attention tensor");
+  const bool step_kv = !k.empty();  // empty k/v: every position comes from the cache
+  KCHECK_MSG(k.empty() == v.empty(), "attention: k and v must both be given or both be empty");
+  for (const Tensor* t : {&out, &q, &cache.k, &cache.v}) check_f32(*t, "attention tensor");
+  if (step_kv) {
+    check_f32(k, "attention k");
+    check_f32(v, "attention v");
+  }
   const int hd = p.head_dim;
   const int64_t kv_width = int64_t(p.n_kv_heads) * hd;
   KCHECK_MSG(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, "attention: ", p.n_heads,
              " heads over ", p.n_kv_heads, " kv heads");
-  KCHECK_MSG(q.cols == int64_t(p.n_heads) * hd && k.cols == kv_width && v.cols == kv_width, "attention: q cols ",
-             q.cols, " k cols ", k.cols, " v cols ", v.cols, " for ", p.n_heads, "/", p.n_kv_heads, " heads of ", hd);
+  KCHECK_MSG(q.cols == int64_t(p.n_heads) * hd && (!step_kv || (k.cols == kv_width && v.cols == kv_width)),
+             "attention: q cols ", q.cols, " k cols ", k.cols, " v cols ", v.cols, " for ", p.n_heads, "/",
+             p.n_kv_heads, " heads of ", hd);
   KCHECK(cache.k.cols == kv_width && cache.v.cols == kv_width && out.cols == q.cols && out.rows == q.rows);
-  KCHECK(q.rows == plan.n_rows() && k.rows == q.rows && v.rows == q.rows);
+  KCHECK(q.rows == plan.n_rows() && (!step_kv || (k.rows == q.rows && v.rows == q.rows)));
   KCHECK_MSG(hd > 0 && hd <= 512, "attention: head_dim ", hd, " (the CUDA kernel takes up to 512)");
-  for (int64_t r = 0; r < q.rows; ++r) {
-    const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
-    KCHECK(plan.positions[size_t(r)] < int64_t(s.n_blocks) * plan.block_size);
-  }
+  KCHECK_MSG(cache.ring_rows == 0 || (p.window > 0 && p.window <= cache.ring_rows && p.select.empty()),
+             "attention: a ring cache of ", cache.ring_rows, " rows needs a window of at most that (window ",
+             p.window, ") and no selection");
+  KCHECK_MSG(p.select.empty() || (p.select.dtype == DType::kI32 && p.select.rows == q.rows &&
+                                  p.select.device == Device::kCuda && p.select.cols > 0),
+             "attention: select must be I32 [", q.rows, ", S] on the device");
+  check_cache_rows(cache, plan);
   if (q.rows == 0) return;
-  kv_write_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(cache.k.f32(), cache.v.f32(), k.f32(), v.f32(),
-                                                            ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
-                                                            ctx.step.block_tables, ctx.step.block_size, kv_width);
-  CUDA_CHECK_LAUNCH();
-  const int n_splits = choose_splits(plan, p);
-  if (hd <= 32) launch_attention<1>(ctx, out, q, cache, p, n_splits);
-  else if (hd <= 64) launch_attention<2>(ctx, out, q, cache, p, n_splits);
-  else if (hd <= 128) launch_attention<4>(ctx, out, q, cache, p, n_splits);
-  else if (hd <= 256) launch_attention<8>(ctx, out, q, cache, p, n_splits);
-  else launch_attention<16>(ctx, out, q, cache, p, n_splits);
+  if (cache.ring_rows == 0 && p.select.empty() && p.write_kv && step_kv) {
+    // The Qwen-line path: write the step's k/v first, then attend over the cache alone.
+    kv_write_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(cache.k.f32(), cache.v.f32(), k.f32(), v.f32(),
+                                                              ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
+                                                              ctx.step.block_tables, ctx.step.block_size, kv_width);
+    CUDA_CHECK_LAUNCH();
+    const int n_splits = choose_splits(plan, p);
+    if (hd <= 32) launch_attention<1>(ctx, out, q, cache, p, n_splits);
+    else if (hd <= 64) launch_attention<2>(ctx, out, q, cache, p, n_splits);
+    else if (hd <= 128) launch_attention<4>(ctx, out, q, cache, p, n_splits);
+    else if (hd <= 256) launch_attention<8>(ctx, out, q, cache, p, n_splits);
+    else launch_attention<16>(ctx, out, q, cache, p, n_splits);
+    return;
+  }
+  // The general path: the step's own positions from k/v, the past from the cache; write after.
+  const int n_splits = p.select.empty() ? choose_splits(plan, p) : splits_for(plan, p, p.select.cols);
+  if (hd <= 32) launch_attention_ext<1>(ctx, out, q, k, v, cache, p, n_splits);
+  else if (hd <= 64) launch_attention_ext<2>(ctx, out, q, k, v, cache, p, n_splits);
+  else if (hd <= 128) launch_attention_ext<4>(ctx, out, q, k, v, cache, p, n_splits);
+  else if (hd <= 256) launch_attention_ext<8>(ctx, out, q, k, v, cache, p, n_splits);
+  else launch_attention_ext<16>(ctx, out, q, k, v, cache, p, n_splits);
+  if (step_kv && p.write_kv) launch_kv_write_ext(ctx, cache, k, v);
 }
 
 }  // namespace kestrel::cuda

@@ -80,7 +80,9 @@ enum ScratchSlot : int {
   kSlotMatmulPartial = 5,  // per-term products of a stacked split matmul
   kSlotMoeIndex = 6,       // MoE pairs grouped by expert: counts, offsets, cursors, order
   kSlotConvOut = 7,        // conv1d outputs before they replace the inputs
-  kNumSlots = 8,
+  kSlotEmbedRows = 8,      // embed_rows: where each output row comes from
+  kSlotQsaScores = 9,      // qsa_select: [T, max blocks] block scores
+  kNumSlots = 10,
 };
 
 // Checks that begin_step ran with this plan.
@@ -98,13 +100,30 @@ void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const 
 void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate);
 void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up);
+void gelu_tanh_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up);
+void mul(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+void scale(const Context& ctx, const Tensor& x, float s);
+void activation(const Context& ctx, const Tensor& x, Activation act);
+void slice_cols(const Context& ctx, const Tensor& out, const Tensor& x, int64_t begin);
 void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
 void softcap(const Context& ctx, const Tensor& x, float cap);
 void argmax(const Context& ctx, const Tensor& ids, const Tensor& x);
+void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);
+void embed_rows(const Context& ctx, const Tensor& out, const std::vector<Tensor>& shards,
+                const std::vector<int32_t>& ids);
+void streams_expand(const Context& ctx, const Tensor& out, const Tensor& y);
+void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const Tensor& x);
+void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);
+void stream_gate(const Context& ctx, const Tensor& g, const Tensor& a, const Tensor& b);
 void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);
+void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);
+void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                const KvLayerView& cache, const QsaParams& p, const StepPlan& plan);
+void dilated_conv1d_silu(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
+                         int kernel, int dilation, const StepPlan& plan);
 void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                  const StepPlan& plan);
 void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,

@@ -300,22 +300,48 @@ void CudaOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cuda::mul_sigmo
 void CudaOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::silu_mul(ctx(), out, gate, up);
 }
+void CudaOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cuda::gelu_tanh_mul(ctx(), out, gate, up);
+}
+void CudaOps::scale(const Tensor& x, float s) { cuda::scale(ctx(), x, s); }
+void CudaOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cuda::slice_cols(ctx(), out, x, begin); }
 void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   cuda::gather_rows(ctx(), out, x, rows);
 }
 void CudaOps::softcap(const Tensor& x, float cap) { cuda::softcap(ctx(), x, cap); }
 void CudaOps::argmax(const Tensor& ids, const Tensor& x) { cuda::argmax(ctx(), ids, x); }
+void CudaOps::activation(const Tensor& x, Activation act) { cuda::activation(ctx(), x, act); }
+void CudaOps::mul(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::mul(ctx(), out, a, b); }
+void CudaOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
+  cuda::group_rms_norm(ctx(), out, x, w, group, eps);
+}
+void CudaOps::embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
+  cuda::embed_rows(ctx(), out, shards, ids);
+}
+void CudaOps::streams_expand(const Tensor& out, const Tensor& y) { cuda::streams_expand(ctx(), out, y); }
+void CudaOps::streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) { cuda::streams_mix(ctx(), out, w, x); }
+void CudaOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) {
+  cuda::streams_inject(ctx(), x, y, w, accumulate);
+}
+void CudaOps::stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { cuda::stream_gate(ctx(), g, a, b); }
 void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
-  if (rope.whole_head_pairs) refuse("rope (whole-head pairing, Gemma 4 proportional RoPE)");
   cuda::rope(ctx(), x, head_dim, rope, plan);
 }
 void CudaOps::attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                         const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
-  if (cache.ring_rows > 0) refuse("attention over a sliding-window ring cache");
-  if (!p.write_kv || k.empty()) refuse("attention over shared KV (write_kv = false)");
-  if (!p.select.empty()) refuse("attention over a QSA selection");
   cuda::attention(ctx(), out, q, k, v, cache, p, plan);
+}
+void CudaOps::kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
+  cuda::kv_write(ctx(), cache, k, v, plan);
+}
+void CudaOps::qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                         const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) {
+  cuda::qsa_select(ctx(), select, q, k, k_norm, cache, p, plan);
+}
+void CudaOps::dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state, int kernel,
+                                  int dilation, const StepPlan& plan) {
+  cuda::dilated_conv1d_silu(ctx(), out, x, w, state, kernel, dilation, plan);
 }
 void CudaOps::conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                           const StepPlan& plan) {
@@ -334,8 +360,6 @@ void CudaOps::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& 
 }
 void CudaOps::moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const ExpertWeights& experts) {
-  if (experts.act != Activation::kSilu || !experts.expert_scale.empty())
-    refuse("moe_experts with a non-SiLU activation or per-expert scales");
   cuda::moe_experts(ctx(), out, x, ids, weights, experts);
 }
 

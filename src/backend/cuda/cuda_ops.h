@@ -55,13 +55,29 @@ class CudaOps final : public Ops {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override;
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void scale(const Tensor& x, float s) override;
+  void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) override;
   void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
   void softcap(const Tensor& x, float cap) override;
   void argmax(const Tensor& ids, const Tensor& x) override;
+  void activation(const Tensor& x, Activation act) override;
+  void mul(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) override;
+  void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) override;
+  void streams_expand(const Tensor& out, const Tensor& y) override;
+  void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) override;
+  void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) override;
+  void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                  const AttentionParams& p, const StepPlan& plan) override;
+  void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) override;
+  void qsa_select(const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
+                  const KvLayerView& cache, const QsaParams& p, const StepPlan& plan) override;
+  void dilated_conv1d_silu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state, int kernel,
+                           int dilation, const StepPlan& plan) override;
   void conv1d_silu(const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                    const StepPlan& plan) override;
   void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& a_neg,

@@ -49,6 +49,20 @@ __device__ T block_sum(T v) {
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float siluf(float x) { return x / (1.0f + expf(-x)); }
+// gelu, tanh approximation, evaluated in double and rounded once (the CPU oracle's gelu_tanh).
+__device__ __forceinline__ float gelu_tanhf(float x) {
+  const double d = x;
+  return float(0.5 * d * (1.0 + tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+}
+// act(x) for an Activation (silu, sigmoid or gelu-tanh), as the CPU oracle computes each.
+__device__ __forceinline__ float activate(float x, Activation act) {
+  switch (act) {
+    case Activation::kSilu: return siluf(x);
+    case Activation::kSigmoid: return sigmoidf(x);
+    case Activation::kGeluTanh: return gelu_tanhf(x);
+  }
+  return x;
+}
 
 // 8 consecutive weights as floats from a 16-byte aligned (BF16/F16) or 32-byte (F32) address.
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {

@@ -1,5 +1,5 @@
-// Elementwise ops: add, mul_sigmoid (full or [T, 1] gate), silu_mul, softcap, gather_rows, and
-// argmax over rows.
+// Elementwise ops: add, mul, scale, mul_sigmoid (full or [T, 1] gate), silu_mul, gelu_tanh_mul,
+// activation, softcap, gather_rows, slice_cols, and argmax over rows.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -23,6 +23,26 @@ __global__ void mul_sigmoid_kernel(float* x, const float* gate, int64_t n, int64
 __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = siluf(gate[i]) * up[i];
+}
+
+__global__ void gelu_tanh_mul_kernel(float* out, const float* gate, const float* up, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = gelu_tanhf(gate[i]) * up[i];
+}
+
+__global__ void mul_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = a[i] * b[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void activation_kernel(float* x, Activation act, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = activate(x[i], act);
 }
 
 __global__ void softcap_kernel(float* x, float cap, int64_t n) {
@@ -105,6 +125,59 @@ void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const T
   if (!n) return;
   silu_mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), gate.f32(), up.f32(), n);
   CUDA_CHECK_LAUNCH();
+}
+
+void gelu_tanh_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up) {
+  check_f32(out, "gelu_tanh_mul out");
+  check_f32(gate, "gelu_tanh_mul gate");
+  check_f32(up, "gelu_tanh_mul up");
+  KCHECK_MSG(gate.numel() == up.numel() && out.numel() == gate.numel(), "gelu_tanh_mul: gate ", gate.numel(),
+             " up ", up.numel(), " out ", out.numel());
+  const int64_t n = out.numel();
+  if (!n) return;
+  gelu_tanh_mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), gate.f32(), up.f32(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void mul(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+  check_f32(out, "mul out");
+  check_f32(a, "mul a");
+  check_f32(b, "mul b");
+  KCHECK_MSG(a.numel() == b.numel() && out.numel() == a.numel(), "mul: ", a.numel(), " * ", b.numel(), " -> ",
+             out.numel());
+  const int64_t n = out.numel();
+  if (!n) return;
+  mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), a.f32(), b.f32(), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale(const Context& ctx, const Tensor& x, float s) {
+  check_f32(x, "scale x");
+  const int64_t n = x.numel();
+  if (!n) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(x.f32(), s, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void activation(const Context& ctx, const Tensor& x, Activation act) {
+  check_f32(x, "activation x");
+  const int64_t n = x.numel();
+  if (!n) return;
+  activation_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(x.f32(), act, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void slice_cols(const Context& ctx, const Tensor& out, const Tensor& x, int64_t begin) {
+  KCHECK_MSG(out.rows == x.rows && out.dtype == x.dtype && begin >= 0 && begin + out.cols <= x.cols,
+             "slice_cols: out [", out.rows, ", ", out.cols, "] from column ", begin, " of [", x.rows, ", ", x.cols,
+             "]");
+  KCHECK_MSG((out.device == Device::kCuda || out.numel() == 0) && (x.device == Device::kCuda || x.numel() == 0),
+             "slice_cols: tensors must be on the CUDA device");
+  if (out.numel() == 0) return;
+  const size_t es = dtype_size(x.dtype);
+  CUDA_CHECK(cudaMemcpy2DAsync(out.data, size_t(out.cols) * es, static_cast<const uint8_t*>(x.data) + size_t(begin) * es,
+                               size_t(x.cols) * es, size_t(out.cols) * es, size_t(x.rows), cudaMemcpyDeviceToDevice,
+                               ctx.stream));
 }
 
 void argmax(const Context& ctx, const Tensor& ids, const Tensor& x) {

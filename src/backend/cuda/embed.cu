@@ -1,4 +1,6 @@
 // embed: out[T, H] = table[tokens[t], :] * scale (table BF16/F16/F32 [V, H]).
+// embed_rows: out[N, D] = rows ids[i] of a table split row-wise into shards (host-computed ids:
+// the host resolves each id to its shard row, the device copies).
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -23,7 +25,61 @@ __global__ void embed_kernel(float* __restrict__ out,      // [T, H]
   }
 }
 
+// Where output row i of embed_rows comes from: a row of some shard, in that shard's dtype.
+struct RowSource {
+  const void* src;  // the shard row's first element
+  int32_t dtype;    // 0 F32, 1 BF16, 2 F16
+  int32_t pad;
+};
+
+// grid-stride over N * D elements.
+__global__ void embed_rows_kernel(float* __restrict__ out,               // [N, D]
+                                  const RowSource* __restrict__ rows,    // [N]
+                                  int64_t N, int64_t D) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * D; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / D, c = i - r * D;
+    const RowSource s = rows[r];
+    float v;
+    if (s.dtype == 1) v = __bfloat162float(static_cast<const __nv_bfloat16*>(s.src)[c]);
+    else if (s.dtype == 2) v = __half2float(static_cast<const __half*>(s.src)[c]);
+    else v = static_cast<const float*>(s.src)[c];
+    out[i] = v;
+  }
+}
+
 }  // namespace
+
+void embed_rows(const Context& ctx, const Tensor& out, const std::vector<Tensor>& shards,
+                const std::vector<int32_t>& ids) {
+  check_f32(out, "embed_rows out");
+  KCHECK_MSG(out.rows == int64_t(ids.size()) && !shards.empty(), "embed_rows: out has ", out.rows, " rows for ",
+             ids.size(), " ids over ", shards.size(), " shards");
+  std::vector<RowSource> src(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int64_t row = ids[i];
+    size_t s = 0;
+    while (s < shards.size() && row >= shards[s].rows) row -= shards[s++].rows;
+    KCHECK_MSG(s < shards.size() && row >= 0, "embedding row ", ids[i], " outside the table");
+    const Tensor& t = shards[s];
+    KCHECK_MSG(t.cols == out.cols && t.device == Device::kCuda, "embed_rows: shard ", s, " is [", t.rows, ", ",
+               t.cols, "] (need ", out.cols, " columns, on the device)");
+    int32_t code = 0;
+    switch (t.dtype) {
+      case DType::kF32: code = 0; break;
+      case DType::kBF16: code = 1; break;
+      case DType::kF16: code = 2; break;
+      default: unsupported("embed_rows: table dtype ", dtype_name(t.dtype), " is not supported on CUDA");
+    }
+    src[i] = {static_cast<const uint8_t*>(t.data) + size_t(row) * size_t(t.cols) * dtype_size(t.dtype), code, 0};
+  }
+  if (out.numel() == 0) return;
+  const auto* d_src =
+      static_cast<const RowSource*>(ctx.upload_scratch(kSlotEmbedRows, src.data(), src.size() * sizeof(RowSource)));
+  const int64_t n = out.numel();
+  embed_rows_kernel<<<unsigned(std::min<int64_t>(ceil_div(n, 256), 65535)), 256, 0, ctx.stream>>>(out.f32(), d_src,
+                                                                                                  out.rows, out.cols);
+  CUDA_CHECK_LAUNCH();
+}
 
 void embed(const Context& ctx, const Tensor& out, const Tensor& table, const StepPlan& plan, float scale) {
   check_f32(out, "embed out");

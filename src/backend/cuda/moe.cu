@@ -1,7 +1,8 @@
 // moe_route: softmax over the experts, top-k (ties to the lower index), optional renormalization.
-// moe_experts: the routed SwiGLU experts, per (token, rank) pair p with expert e:
-//   h[p, F]   = silu(gate_e x_t) * up_e x_t
-//   y[p, H]   = weight_p * down_e h[p]
+// moe_experts: the routed gated-MLP experts (SwiGLU, or GeGLU for Gemma 4), per (token, rank)
+// pair p with expert e:
+//   h[p, F]   = act(gate_e x_t) * up_e x_t                       act: silu or gelu-tanh
+//   y[p, H]   = (weight_p * scale_e) * down_e h[p]              scale_e: experts.expert_scale, or 1
 //   out[t, H] = sum_j y[t * k + j]  in rank order     (moe_sum_kernel)
 // The pairs are grouped by expert on the device (count, scan, scatter); then each block takes
 // one expert's column tile and runs its pairs 8 at a time with their inputs staged in shared
@@ -68,7 +69,7 @@ __global__ void moe_route_kernel(int32_t* __restrict__ ids,       // [T, k]
 constexpr int kWarps = 8;
 
 // grid: (ceil(F / kWarps), T * k); warp per hidden unit f of pair p.
-template <typename W>
+template <typename W, Activation A>
 __global__ void moe_gate_up_kernel(float* __restrict__ hbuf,        // [T * k, F]
                                    const float* __restrict__ x,     // [T, H]
                                    const int32_t* __restrict__ ids, // [T * k]
@@ -82,22 +83,25 @@ __global__ void moe_gate_up_kernel(float* __restrict__ hbuf,        // [T * k, F
   const float* xr = x + t * H;
   const float g = warp_dot(xr, static_cast<const W*>(gate[e]) + f * H, H, vec);
   const float u = warp_dot(xr, static_cast<const W*>(up[e]) + f * H, H, vec);
-  if ((threadIdx.x & 31) == 0) hbuf[p * F + f] = siluf(g) * u;
+  if ((threadIdx.x & 31) == 0) hbuf[p * F + f] = activate(g, A) * u;
 }
 
-// grid: (ceil(H / kWarps), T * k); warp per output c of pair p.
-template <typename W>
+// grid: (ceil(H / kWarps), T * k); warp per output c of pair p. Scaled: the routing weight times
+// expert_scale[e] (a template flag, so the unscaled kernel is the Qwen line's as it was).
+template <typename W, bool Scaled>
 __global__ void moe_down_kernel(float* __restrict__ ybuf,           // [T * k, H]
                                 const float* __restrict__ hbuf,     // [T * k, F]
                                 const int32_t* __restrict__ ids,    // [T * k]
                                 const float* __restrict__ weights,  // [T * k]
                                 const void* const* __restrict__ down,  // [E] -> [H, F]
+                                const float* __restrict__ expert_scale,  // [E] or null
                                 int64_t H, int64_t F, bool vec) {
   const int64_t c = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (c >= H) return;
   const int64_t p = blockIdx.y;
   const float y = warp_dot(hbuf + p * F, static_cast<const W*>(down[ids[p]]) + c * F, F, vec);
-  if ((threadIdx.x & 31) == 0) ybuf[p * H + c] = weights[p] * y;
+  const float wp = Scaled ? weights[p] * expert_scale[ids[p]] : weights[p];
+  if ((threadIdx.x & 31) == 0) ybuf[p * H + c] = wp * y;
 }
 
 // ---- grouping pairs by expert ----
@@ -155,7 +159,7 @@ __device__ __forceinline__ void stage_rows(float* xs, const float* src, const in
 
 // grid: (ceil(F / (kWarps * 2)), E); each warp two hidden units f of expert blockIdx.y, for all its
 // pairs. Needs H % 8 == 0 and 16-byte aligned rows.
-template <typename W>
+template <typename W, Activation A>
 __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            // [T * k, F]
                                            const float* __restrict__ x,         // [T, H]
                                            const int32_t* __restrict__ order,   // [T * k]
@@ -226,21 +230,24 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const float sg = warp_sum(ag[r][c]), su = warp_sum(au[r][c]);
-        if (lane == 0 && f0 + c < F) hbuf[pair[r] * F + f0 + c] = siluf(sg) * su;
+        if (lane == 0 && f0 + c < F) hbuf[pair[r] * F + f0 + c] = activate(sg, A) * su;
       }
     }
   }
 }
 
 // grid: (ceil(H / (kWarps * 4)), E); each warp four outputs c of expert blockIdx.y, for all its
-// pairs: ybuf[p, c] = weight_p * down_e[c] . h[p]. Needs F % 8 == 0 and 16-byte aligned rows.
-template <typename W>
+// pairs: ybuf[p, c] = weight_p * down_e[c] . h[p] (weight_p times expert_scale[e] when Scaled).
+// Needs F % 8 == 0 and 16-byte aligned rows.
+template <typename W, bool Scaled>
 __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             // [T * k, H]
                                         const float* __restrict__ hbuf,       // [T * k, F]
                                         const int32_t* __restrict__ order,    // [T * k]
                                         const int32_t* __restrict__ offsets,  // [E + 1]
                                         const float* __restrict__ weights,    // [T * k]
-                                        const void* const* __restrict__ down, int64_t H, int64_t F) {
+                                        const void* const* __restrict__ down,
+                                        const float* __restrict__ expert_scale,  // [E] or null
+                                        int64_t H, int64_t F) {
   constexpr int C = 4;
   __shared__ __align__(16) float xs[kGroupRows * kTileK];
   __shared__ int64_t pair[kGroupRows];
@@ -290,7 +297,8 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const float sum = warp_sum(acc[r][c]);
-        if (lane == 0 && c0 + c < H) ybuf[pair[r] * H + c0 + c] = weights[pair[r]] * sum;
+        const float wp = Scaled ? weights[pair[r]] * expert_scale[e] : weights[pair[r]];
+        if (lane == 0 && c0 + c < H) ybuf[pair[r] * H + c0 + c] = wp * sum;
       }
     }
   }
@@ -335,6 +343,16 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   KCHECK_MSG(E > 0 && experts.up.size() == E && experts.down.size() == E, "moe_experts: ", E, " experts");
   KCHECK(out.rows == T && out.cols == H && ids.dtype == DType::kI32 && ids.rows == T && weights.rows == T &&
          weights.cols == k);
+  if (experts.act != Activation::kSilu && experts.act != Activation::kGeluTanh)
+    unsupported("moe_experts: expert activation other than silu / gelu-tanh on CUDA");
+  const bool gelu = experts.act == Activation::kGeluTanh;
+  const float* expert_scale = nullptr;  // [E] or null
+  if (!experts.expert_scale.empty()) {
+    check_f32(experts.expert_scale, "moe_experts expert_scale");
+    KCHECK_MSG(experts.expert_scale.numel() == int64_t(E), "moe_experts: ", experts.expert_scale.numel(),
+               " expert scales for ", E, " experts");
+    expert_scale = experts.expert_scale.f32();
+  }
   const int64_t F = experts.gate[0].rows;
   const DType wt = experts.gate[0].dtype;
   std::vector<const void*> ptrs;
@@ -372,20 +390,44 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     moe_scatter_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(order, cursor, ids.as<const int32_t>(), P);
     CUDA_CHECK_LAUNCH();
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
-      moe_gate_up_grouped_kernel<W><<<dim3(unsigned(ceil_div(F, kWarps * 2)), unsigned(E)), kWarps * 32, 0,
-                                      ctx.stream>>>(hbuf, x.f32(), order, offsets, table, table + E, k, H, F);
+      const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), unsigned(E));
+      if (gelu) {
+        moe_gate_up_grouped_kernel<W, Activation::kGeluTanh><<<grid, kWarps * 32, 0, ctx.stream>>>(
+            hbuf, x.f32(), order, offsets, table, table + E, k, H, F);
+      } else {
+        moe_gate_up_grouped_kernel<W, Activation::kSilu><<<grid, kWarps * 32, 0, ctx.stream>>>(
+            hbuf, x.f32(), order, offsets, table, table + E, k, H, F);
+      }
       CUDA_CHECK_LAUNCH();
-      moe_down_grouped_kernel<W><<<dim3(unsigned(ceil_div(H, kWarps * 4)), unsigned(E)), kWarps * 32, 0,
-                                   ctx.stream>>>(ybuf, hbuf, order, offsets, weights.f32(), table + 2 * E, H, F);
+      const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), unsigned(E));
+      if (expert_scale) {
+        moe_down_grouped_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+            ybuf, hbuf, order, offsets, weights.f32(), table + 2 * E, expert_scale, H, F);
+      } else {
+        moe_down_grouped_kernel<W, false><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+            ybuf, hbuf, order, offsets, weights.f32(), table + 2 * E, nullptr, H, F);
+      }
       CUDA_CHECK_LAUNCH();
     });
   } else {
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
-      moe_gate_up_kernel<W><<<dim3(unsigned(ceil_div(F, kWarps)), unsigned(P)), kWarps * 32, 0, ctx.stream>>>(
-          hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+      const dim3 grid(unsigned(ceil_div(F, kWarps)), unsigned(P));
+      if (gelu) {
+        moe_gate_up_kernel<W, Activation::kGeluTanh><<<grid, kWarps * 32, 0, ctx.stream>>>(
+            hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+      } else {
+        moe_gate_up_kernel<W, Activation::kSilu><<<grid, kWarps * 32, 0, ctx.stream>>>(
+            hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+      }
       CUDA_CHECK_LAUNCH();
-      moe_down_kernel<W><<<dim3(unsigned(ceil_div(H, kWarps)), unsigned(P)), kWarps * 32, 0, ctx.stream>>>(
-          ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, H, F, vec_f);
+      const dim3 down_grid(unsigned(ceil_div(H, kWarps)), unsigned(P));
+      if (expert_scale) {
+        moe_down_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+            ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, expert_scale, H, F, vec_f);
+      } else {
+        moe_down_kernel<W, false><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+            ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, nullptr, H, F, vec_f);
+      }
       CUDA_CHECK_LAUNCH();
     });
   }

@@ -1,5 +1,6 @@
-// RMSNorm variants: rms_norm over whole rows, head_rms_norm over head_dim groups, and
-// gated_rms_norm (norm * w * silu(z)) over head_dim groups. Sums of squares in double, as the
+// RMSNorm variants: rms_norm over whole rows, head_rms_norm over head_dim groups,
+// gated_rms_norm (norm * w * silu(z)) over head_dim groups, and group_rms_norm (column blocks of a
+// row, a weight per column: hyper-connection streams). Sums of squares in double, as the
 // CPU oracle does; out may alias x (each element is read before it is written, by one thread).
 #include "backend/cuda/device_util.cuh"
 
@@ -40,6 +41,23 @@ __global__ void group_rms_norm_kernel(float* x,                      // [groups,
   }
 }
 
+// grid: rows * (cols / group) blocks, one per group of `group` values; the weight is per column of
+// the row, so group g uses w[(g % groups_per_row) * group, +group).
+__global__ void col_group_rms_norm_kernel(float* out,                   // [rows, cols]
+                                          const float* x,               // [rows, cols]
+                                          const float* __restrict__ w,  // [cols] or null
+                                          int64_t group, int64_t groups_per_row, float eps) {
+  const int64_t g = blockIdx.x;
+  const float* xg = x + g * group;
+  float* o = out + g * group;
+  const float* wg = w ? w + (g % groups_per_row) * group : nullptr;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += double(xg[i]) * double(xg[i]);
+  ss = block_sum(ss);
+  const float s = float(1.0 / sqrt(ss / double(group) + double(eps)));
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) o[i] = wg ? (xg[i] * s) * wg[i] : xg[i] * s;
+}
+
 void launch_group_norm(cudaStream_t stream, float* x, const float* z, const float* w, int64_t groups, int d,
                        float eps) {
   if (groups == 0) return;
@@ -78,6 +96,20 @@ void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const 
              " z ", z.numel(), " head_dim ", head_dim);
   KCHECK(w.dtype == DType::kF32 && w.numel() == head_dim);
   launch_group_norm(ctx.stream, x.f32(), z.f32(), w.f32(), x.numel() / head_dim, head_dim, eps);
+}
+
+void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {
+  check_f32(out, "group_rms_norm out");
+  check_f32(x, "group_rms_norm x");
+  KCHECK_MSG(out.rows == x.rows && out.cols == x.cols && group > 0 && x.cols % group == 0, "group_rms_norm: out [",
+             out.rows, ", ", out.cols, "] x [", x.rows, ", ", x.cols, "] group ", group);
+  KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == x.cols));
+  const int64_t groups = x.numel() / group;
+  if (groups == 0) return;
+  const int threads = group >= 1024 ? 512 : group >= 256 ? 256 : group >= 128 ? 128 : 32;
+  col_group_rms_norm_kernel<<<unsigned(groups), threads, 0, ctx.stream>>>(
+      out.f32(), x.f32(), w.empty() ? nullptr : w.f32(), group, x.cols / group, eps);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kestrel::cuda

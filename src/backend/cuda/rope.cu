@@ -1,15 +1,17 @@
 // rope: rotate-half (NEOX) rotary embedding of the leading rotary_dim dims of every head, at the
 // plan's positions. Angles in fp32 (position x inverse frequency), cos/sin in double, like the
-// CPU oracle; frequencies over freq_dim dims (proportional RoPE) when set.
+// CPU oracle; frequencies over freq_dim dims (proportional RoPE) when set. whole_head_pairs
+// (Gemma 4's proportional RoPE) pairs (i, i + head_dim/2) instead of (i, i + rotary_dim/2), of
+// which the first rotary_dim/2 rotate.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
 namespace {
 
-// grid: T blocks; threads walk (head, i) for i < half.
+// grid: T blocks; threads walk (head, i) for i < half; pair (i, i + span).
 __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
                             const int32_t* __restrict__ positions,  // [T]
-                            int n_heads, int head_dim, int half, int freq_dim, double theta) {
+                            int n_heads, int head_dim, int half, int span, int freq_dim, double theta) {
   const int64_t r = blockIdx.x;
   const float pos = float(positions[r]);
   float* row = x + r * int64_t(n_heads) * head_dim;
@@ -20,9 +22,9 @@ __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
     const float angle = pos * inv_freq;
     const float c = float(cos(double(angle))), s = float(sin(double(angle)));
     float* v = row + h * head_dim;
-    const float a = v[i], b = v[i + half];
+    const float a = v[i], b = v[i + span];
     v[i] = a * c - b * s;
-    v[i + half] = b * c + a * s;
+    v[i + span] = b * c + a * s;
   }
 }
 
@@ -38,11 +40,14 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& c
   KCHECK(x.rows == plan.n_rows());
   if (x.rows == 0) return;
   const int half = rot / 2;
+  const int span = cfg.whole_head_pairs ? head_dim / 2 : half;  // distance between a pair's dims
+  KCHECK_MSG(!cfg.whole_head_pairs || (head_dim % 2 == 0 && half <= span), "rope: whole-head pairs with rotary_dim ",
+             rot, " head_dim ", head_dim);
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   const int n_heads = int(x.cols / head_dim);
   const int threads = std::min(256, std::max(32, (n_heads * half + 31) / 32 * 32));
   rope_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(x.f32(), ctx.step.positions, n_heads, head_dim, half,
-                                                             freq_dim, cfg.theta);
+                                                             span, freq_dim, cfg.theta);
   CUDA_CHECK_LAUNCH();
 }
 

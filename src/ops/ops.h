@@ -67,6 +67,15 @@ struct ExpertWeights {
   Tensor expert_scale;  // F32 [1, E] or empty: routing weight of expert e multiplied by expert_scale[e]
 };
 
+// RoPE's inverse frequency of rotating pair i over freq_dim dims, as transformers forms it: the
+// exponent 2i / freq_dim, theta to that power and its reciprocal, each in fp32. (The once-rounded
+// double value differs by an ulp for some pairs, which long fixture prompts amplify to ~1e-4 of
+// the logits' RMS.) Every backend's rope uses this table.
+inline float rope_inv_freq(double theta, int i, int freq_dim) {
+  const float exponent = float(2 * i) / float(freq_dim);
+  return 1.0f / std::pow(float(theta), exponent);
+}
+
 // The index of the largest of x[0, n): the first on ties, NaN never chosen over a number (0 when
 // there is nothing else). Ops::argmax computes this per row; the sampler's greedy pick is it too.
 template <typename T>

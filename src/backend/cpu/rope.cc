@@ -8,18 +8,6 @@
 #include "core/thread_pool.h"
 
 namespace kestrel::cpu {
-namespace {
-
-// Inverse frequency of rotating pair i, computed as transformers does: the exponent 2i / dim,
-// theta to that power and its reciprocal, each in fp32. (Rounding the double-precision value
-// once differs by an ulp for some pairs, which the long fixture prompts amplify to ~1e-4 of the
-// logits' RMS.)
-inline float inv_freq(const RopeConfig& cfg, int i, int freq_dim) {
-  const float exponent = float(2 * i) / float(freq_dim);
-  return 1.0f / std::pow(float(cfg.theta), exponent);
-}
-
-}  // namespace
 
 template <typename A>
 void rope_vector_t(A* v, int head_dim, const RopeConfig& cfg, int64_t position) {
@@ -30,7 +18,7 @@ void rope_vector_t(A* v, int head_dim, const RopeConfig& cfg, int64_t position) 
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   const float pos = float(position);
   for (int i = 0; i < half; ++i) {
-    const float angle = pos * inv_freq(cfg, i, freq_dim);
+    const float angle = pos * rope_inv_freq(cfg.theta, i, freq_dim);
     const A cs = float(std::cos(double(angle))), sn = float(std::sin(double(angle)));
     const A a = v[i], b = v[i + span];
     v[i] = a * cs - b * sn;
@@ -55,7 +43,7 @@ void rope(const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& 
   KCHECK(!cfg.whole_head_pairs || (head_dim % 2 == 0 && half <= span));
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   std::vector<float> freqs(half);
-  for (int i = 0; i < half; ++i) freqs[i] = inv_freq(cfg, i, freq_dim);
+  for (int i = 0; i < half; ++i) freqs[i] = rope_inv_freq(cfg.theta, i, freq_dim);
   const int64_t n_heads = x.cols / head_dim;
   with_act(x, [&]<typename A>() {
   ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {

@@ -303,7 +303,7 @@ void CudaOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) 
 void CudaOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::gelu_tanh_mul(ctx(), out, gate, up);
 }
-void CudaOps::scale(const Tensor& x, float s) { cuda::scale(ctx(), x, s); }
+void CudaOps::scale(const Tensor& x, double s) { cuda::scale(ctx(), x, float(s)); }
 void CudaOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cuda::slice_cols(ctx(), out, x, begin); }
 void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
   cuda::gather_rows(ctx(), out, x, rows);

@@ -56,7 +56,7 @@ class CudaOps final : public Ops {
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override;
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void scale(const Tensor& x, float s) override;
+  void scale(const Tensor& x, double s) override;
   void slice_cols(const Tensor& out, const Tensor& x, int64_t begin) override;
   void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
   void softcap(const Tensor& x, float cap) override;

@@ -37,10 +37,9 @@ __global__ void qsa_key_write_kernel(float* __restrict__ index_k,   // [n_blocks
 }
 
 struct RopeArgs {
-  double theta;
-  int half;      // rotating pairs (rotary_dim / 2; 0 = no rotation)
-  int span;      // distance between a pair's dims
-  int freq_dim;  // exponent denominator
+  int half;  // rotating pairs (rotary_dim / 2; 0 = no rotation)
+  int span;  // distance between a pair's dims
+  float inv_freq[kMaxHeadDim / 2];  // rope_inv_freq of each pair, formed on the host like the CPU's
 };
 
 // grid: (T, ceil(max_blocks / kWarps)); warp w of block (r, y) scores block b = y * kWarps + w of
@@ -76,9 +75,7 @@ __global__ void qsa_score_kernel(double* __restrict__ scores, const float* __res
   // RoPE at the block's first position (each pair belongs to one lane)
   const float fpos = float(b * ratio);
   for (int i = lane; i < rope.half; i += 32) {
-    const float exponent = float(2 * i) / float(rope.freq_dim);
-    const float inv_freq = float(1.0 / pow(rope.theta, double(exponent)));
-    const float angle = fpos * inv_freq;
+    const float angle = fpos * rope.inv_freq[i];
     const float cs = float(cos(double(angle))), sn = float(sin(double(angle)));
     const float a = v[i], c = v[i + rope.span];
     v[i] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(c, sn));
@@ -213,8 +210,9 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
   CUDA_CHECK_LAUNCH();
   auto* scores = static_cast<double*>(ctx.scratch->get(kSlotQsaScores, size_t(q.rows * std::max<int64_t>(max_blocks, 1)) * 8));
   if (max_blocks > 0) {
-    const RopeArgs rope{.theta = p.rope.theta, .half = half, .span = span,
-                        .freq_dim = p.rope.freq_dim > 0 ? p.rope.freq_dim : std::max(rot, 1)};
+    RopeArgs rope{.half = half, .span = span, .inv_freq = {}};
+    const int freq_dim = p.rope.freq_dim > 0 ? p.rope.freq_dim : std::max(rot, 1);
+    for (int i = 0; i < half; ++i) rope.inv_freq[i] = rope_inv_freq(p.rope.theta, i, freq_dim);
     qsa_score_kernel<<<dim3(unsigned(q.rows), unsigned(ceil_div(max_blocks, kWarps))), kWarps * 32, 0, ctx.stream>>>(
         scores, q.f32(), cache.index_k.f32(), k_norm.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
         ctx.step.block_tables, ctx.step.block_size, p.n_heads, d, ratio, p.eps, rope, max_blocks);

@@ -8,18 +8,21 @@
 namespace kestrel::cuda {
 namespace {
 
+constexpr int kMaxPairs = 256;
+struct InvFreqs {
+  float v[kMaxPairs];  // rope_inv_freq of each rotating pair, formed on the host like the CPU's
+};
+
 // grid: T blocks; threads walk (head, i) for i < half; pair (i, i + span).
 __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
                             const int32_t* __restrict__ positions,  // [T]
-                            int n_heads, int head_dim, int half, int span, int freq_dim, double theta) {
+                            int n_heads, int head_dim, int half, int span, const InvFreqs freqs) {
   const int64_t r = blockIdx.x;
   const float pos = float(positions[r]);
   float* row = x + r * int64_t(n_heads) * head_dim;
   for (int w = threadIdx.x; w < n_heads * half; w += blockDim.x) {
     const int h = w / half, i = w % half;
-    const float exponent = float(2 * i) / float(freq_dim);
-    const float inv_freq = float(1.0 / pow(theta, double(exponent)));
-    const float angle = pos * inv_freq;
+    const float angle = pos * freqs.v[i];
     const float c = float(cos(double(angle))), s = float(sin(double(angle)));
     float* v = row + h * head_dim;
     const float a = v[i], b = v[i + span];
@@ -45,9 +48,12 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& c
              rot, " head_dim ", head_dim);
   const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   const int n_heads = int(x.cols / head_dim);
+  KCHECK_MSG(half <= kMaxPairs, "rope: rotary_dim ", rot, " above ", 2 * kMaxPairs);
+  InvFreqs freqs{};
+  for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
   const int threads = std::min(256, std::max(32, (n_heads * half + 31) / 32 * 32));
   rope_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(x.f32(), ctx.step.positions, n_heads, head_dim, half,
-                                                             span, freq_dim, cfg.theta);
+                                                             span, freqs);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -45,8 +45,7 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
     for (int c = 0; c < kGemv1Cols; ++c) load8(wr[c] + k, wf[c]);
 #pragma unroll
     for (int c = 0; c < kGemv1Cols; ++c)
-      acc[c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
-                b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+      acc[c] += dot8(a, b, wf[c]);
   }
 #pragma unroll
   for (int c = 0; c < kGemv1Cols; ++c) {
@@ -97,8 +96,7 @@ __global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
         const float4 b = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k + 4);
 #pragma unroll
         for (int c = 0; c < kGemv1Cols; ++c)
-          acc[r][c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
-                       b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+          acc[r][c] += dot8(a, b, wf[c]);
       }
     }
   }

@@ -211,10 +211,8 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
           const float4 b = *reinterpret_cast<const float4*>(xs + r * kTileK + kk + 4);
 #pragma unroll
           for (int c = 0; c < C; ++c) {
-            ag[r][c] += a.x * wg[c][0] + a.y * wg[c][1] + a.z * wg[c][2] + a.w * wg[c][3] + b.x * wg[c][4] +
-                        b.y * wg[c][5] + b.z * wg[c][6] + b.w * wg[c][7];
-            au[r][c] += a.x * wu[c][0] + a.y * wu[c][1] + a.z * wu[c][2] + a.w * wu[c][3] + b.x * wu[c][4] +
-                        b.y * wu[c][5] + b.z * wu[c][6] + b.w * wu[c][7];
+            ag[r][c] += dot8(a, b, wg[c]);
+            au[r][c] += dot8(a, b, wu[c]);
           }
         }
       }
@@ -278,8 +276,7 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
           const float4 b = *reinterpret_cast<const float4*>(xs + r * kTileK + kk + 4);
 #pragma unroll
           for (int c = 0; c < C; ++c)
-            acc[r][c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
-                         b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+            acc[r][c] += dot8(a, b, wf[c]);
         }
       }
     }

@@ -111,8 +111,8 @@ const Registrar kReg{{
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"deterministic", "", "", std::string(kDeterministicHelp) +
-                                              "; the same tokens as kestrel serve --deterministic; --chunk must be "
-                                              "a multiple of 64"}},
+                                              "; --chunk must then be a multiple of 64 (the prompt split kestrel "
+                                              "serve --deterministic makes, so greedy decoding gives its tokens)"}},
     .run = run_cmd,
 }};
 

@@ -119,7 +119,8 @@ int bench_cmd(const Args& args) {
   check_list(batches, "-b", 1, 4096);
   check_list(depths, "-d", 0, 1 << 20);
 
-  auto backend = make_backend(args.get("device", "cpu"));
+  const BackendOptions bo = backend_options(args);
+  auto backend = make_backend(bo);
   const bool profile = args.flag("profile");
   std::unique_ptr<ProfilingOps> profiler;
   Ops* ops = backend.get();
@@ -135,9 +136,10 @@ int bench_cmd(const Args& args) {
   std::mt19937 rng(1234);
 
   nlohmann::json results = nlohmann::json::array();
-  std::printf("model: %s (%s, %s params, %s of weights), device %s, %d threads\n", dir.c_str(), cfg.model_type.c_str(),
-              human_count(double(lm.model->parameter_count())).c_str(), human_bytes(double(lm.model->weight_bytes())).c_str(),
-              ops->name(), ThreadPool::global().size());
+  std::printf("model: %s (%s, %s params, %s of weights), device %s%s, %d threads\n", dir.c_str(),
+              cfg.model_type.c_str(), human_count(double(lm.model->parameter_count())).c_str(),
+              human_bytes(double(lm.model->weight_bytes())).c_str(), ops->name(),
+              bo.deterministic ? " (deterministic)" : "", ThreadPool::global().size());
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
   if (cfg.has_moe())
     std::printf("mixture of experts: a step counts the experts its rows are expected to touch (%s at batch 1)\n",
@@ -258,6 +260,7 @@ int bench_cmd(const Args& args) {
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   nlohmann::json doc = {{"model", dir}, {"model_type", cfg.model_type}, {"device", ops->name()},
+                        {"deterministic", bo.deterministic},
                         {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
                         {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},
                         {"date", date}, {"command", args.get("command-line", "")}, {"results", results}};
@@ -273,7 +276,8 @@ int bench_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "bench",
     .summary = "measure prompt processing and token generation speed",
-    .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] [--json FILE]",
+    .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] "
+             "[--deterministic] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
@@ -281,7 +285,8 @@ const Registrar kReg{{
                "--profile adds one recorded run of each test and prints its time per step by phase\n"
                "(embedding, attention, deltanet, mlp/moe, head, other) and by op, and the time between ops\n"
                "(host work the device waited for); device events time it on the GPU. Greedy decoding picks\n"
-               "each token on the backend (no logits come back).",
+               "each token on the backend (no logits come back). --deterministic measures the batch-invariant\n"
+               "kernels (compare with a run without it for what the mode costs).",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"p", "p", "LIST", "prompt lengths for pp tests (0 = none)", "512"},
                 {"n", "n", "LIST", "tokens per tg test (0 = none)", "128"},
@@ -293,7 +298,8 @@ const Registrar kReg{{
                 {"profile", "", "", "print a phase profile of each test (one extra recorded run)"},
                 {"command-line", "", "TEXT", "command recorded in the JSON"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
-                {"device", "", "cpu|cuda", "backend", "cpu"}},
+                {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"deterministic", "", "", kDeterministicHelp}},
     .run = bench_cmd,
 }};
 

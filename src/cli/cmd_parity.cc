@@ -14,7 +14,8 @@ namespace {
 int run_parity_cmd(const Args& args) {
   const std::string dir = args.require("model");
   const std::string ref = args.get("reference", path_join(dir, "reference.safetensors"));
-  auto ops = make_backend(args.get("device", "cpu"), parse_precision(args.get("precision", "f32")));
+  const BackendOptions bo = backend_options(args);
+  auto ops = make_backend(bo);
   ParityOptions opts;
   const bool cpu = ops->device() == Device::kCpu;
   opts.tolerance = args.get_double("tolerance", cpu ? 1e-4 : 2e-2, 0.0, 1e6);
@@ -27,6 +28,7 @@ int run_parity_cmd(const Args& args) {
     j["model"] = dir;
     j["device"] = ops->name();
     j["precision"] = ops->activation_dtype() == DType::kF64 ? "f64" : "f32";
+    j["deterministic"] = bo.deterministic;
     j["tolerance"] = opts.tolerance;
     j["prompts"] = nlohmann::json::array();
     for (const auto& p : r.prompts) {
@@ -52,8 +54,9 @@ int run_parity_cmd(const Args& args) {
       std::printf("%-6d %12.3e %12.3e %12.3e %12s %s%s\n", p.len, p.max_abs_err, p.rel_err, p.step_rel_err, hidden,
                   greedy.c_str(), p.pass ? "" : "  FAIL");
     }
-    std::printf("%s (tolerance %.1e of the logits' RMS, device %s, %s activations)\n", r.pass ? "PASS" : "FAIL",
-                opts.tolerance, ops->name(), ops->activation_dtype() == DType::kF64 ? "f64" : "f32");
+    std::printf("%s (tolerance %.1e of the logits' RMS, device %s, %s activations%s)\n", r.pass ? "PASS" : "FAIL",
+                opts.tolerance, ops->name(), ops->activation_dtype() == DType::kF64 ? "f64" : "f32",
+                bo.deterministic ? ", deterministic" : "");
   }
   return r.pass ? 0 : 1;
 }
@@ -61,7 +64,7 @@ int run_parity_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "parity",
     .summary = "check a model's logits against a reference computed by transformers",
-    .usage = "kestrel parity -m DIR|FILE.gguf [--reference FILE] [--json] [--device cpu|cuda] [--precision f32|f64]",
+    .usage = "kestrel parity -m DIR|FILE.gguf [--reference FILE] [--json] [--device cpu|cuda] [--precision f32|f64] [--deterministic]",
     .details = "Runs every prompt of the reference file (default DIR/reference.safetensors): full-prompt\n"
                "logits, the greedy continuation with its step logits, and hidden states where present.\n"
                "Exit status 0 only when every prompt is within tolerance.",
@@ -71,6 +74,7 @@ const Registrar kReg{{
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"precision", "", "f32|f64",
                  "activation precision; f64 is the CPU backend's float64 oracle mode (about 2x slower)", "f32"},
+                {"deterministic", "", "", kDeterministicHelp},
                 {"tolerance", "", "X", "max error relative to the logits' RMS", "1e-4 on cpu, 2e-2 on cuda"}},
     .run = run_parity_cmd,
 }};

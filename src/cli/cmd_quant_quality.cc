@@ -43,7 +43,7 @@ int run_quant_quality(const Args& args) {
   const tok::Tokenizer tokenizer = tok::Tokenizer::load(tok_path);
   const std::string text = args.has("text") ? read_file(args.get("text")) : kjv_text();
   std::vector<int32_t> tokens = tokenizer.encode(text, {.add_special_tokens = false});
-  auto ops = make_backend(args.get("device", "cpu"));
+  auto ops = make_backend({.device = args.get("device", "cpu")});
   LoadedModel source = load_model(source_dir, *ops);
   LoadedModel quant = load_model(quant_path, *ops);
   const QuantQuality q = measure_quant_quality(*quant.model, *source.model, tokens, o);

@@ -33,11 +33,15 @@ int run_cmd(const Args& args) {
   GenerateOptions opts;
   opts.max_new_tokens = int(args.get_int("n", 16, 1, 1 << 20));
   opts.prefill_chunk = int(args.get_int("chunk", 512, 1, 1 << 20));
+  const BackendOptions bo = backend_options(args);
+  if (bo.deterministic && opts.prefill_chunk % 64 != 0)
+    bad_input("--deterministic needs --chunk to be a multiple of 64 (the prompt split every deterministic run "
+              "shares), got ", opts.prefill_chunk);
   opts.sampling.temperature = float(args.get_double("temperature", 0.0, 0.0, 100.0));
   opts.sampling.top_k = int(args.get_int("top-k", 0, 0, 1 << 24));
   opts.sampling.top_p = float(args.get_double("top-p", 1.0, 1e-6, 1.0));
   opts.sampling.seed = uint64_t(args.get_int("seed", 0, 0, INT64_MAX));
-  auto backend = make_backend(args.get("device", "cpu"));
+  auto backend = make_backend(bo);
   std::unique_ptr<ProfilingOps> profiler;  // --profile: every op timed, printed at the end
   Ops* ops = backend.get();
   if (args.flag("profile")) {
@@ -105,7 +109,10 @@ const Registrar kReg{{
                 {"ignore-eos", "", "", "keep generating past EOS tokens", ""},
                 {"stats", "", "", "print prefill and decode speed to stderr", ""},
                 {"threads", "t", "N", "CPU threads", "all cores"},
-                {"device", "", "cpu|cuda", "backend", "cpu"}},
+                {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"deterministic", "", "", std::string(kDeterministicHelp) +
+                                              "; --chunk must then be a multiple of 64 (the prompt split kestrel "
+                                              "serve --deterministic makes, so greedy decoding gives its tokens)"}},
     .run = run_cmd,
 }};
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cache/memory_plan.h"
+#include "cli/backend_select.h"
 #include "cli/command.h"
 #include "cli/profile_print.h"
 #include "core/error.h"
@@ -48,6 +49,10 @@ int serve_cmd(const Args& args) {
     if (mo.device != "cuda") bad_input("--gpu-memory needs --device cuda (the ", mo.device, " backend has no device memory to plan)");
   }
   mo.prefix_cache = !args.flag("no-prefix-cache");
+  mo.deterministic = args.flag("deterministic");
+  if (mo.deterministic && mo.max_step_tokens < 64)
+    bad_input("--deterministic needs --step-tokens of at least 64 (prompt chunks end on the 64-token grid), got ",
+              mo.max_step_tokens);
   mo.profile = args.flag("profile");
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   so.limits.max_prompt_tokens = std::min<int64_t>(so.limits.max_prompt_tokens, mo.max_context - 1);
@@ -89,7 +94,7 @@ int serve_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "serve",
     .summary = "serve a model over an OpenAI-compatible HTTP API",
-    .usage = "kestrel serve -m DIR [--host H] [--port P] [--api-key KEY]",
+    .usage = "kestrel serve -m DIR [--host H] [--port P] [--api-key KEY] [--device cpu|cuda] [--deterministic]",
     .details = "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
                "(503 while loading), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
                "SIGTERM/SIGINT stop accepting requests, drain those in flight (--drain-timeout), then exit.",
@@ -114,7 +119,12 @@ const Registrar kReg{{
                 {"max-n", "", "N", "largest n accepted", "8"},
                 {"drain-timeout", "", "SECONDS", "how long in-flight requests may finish on shutdown", "30"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
-                {"device", "", "cpu|cuda", "backend", "cpu"}},
+                {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"deterministic", "", "",
+                 std::string(kDeterministicHelp) +
+                     "; on either device the scheduler then ends prompt chunks only on the 64-token grid, recomputes "
+                     "preempted tokens one per step and (DeltaNet models) caches only prompts' prefixes, so a response "
+                     "does not depend on the other requests (needs --step-tokens >= 64)"}},
     .run = serve_cmd,
 }};
 

@@ -29,6 +29,20 @@ CacheSizing with_slots(const ModelConfig& cfg, CacheSizing sizing, const Schedul
   return sizing;
 }
 
+constexpr int64_t kStepGrid = 64;  // the DeltaNet chunk grid: its state is rounded to F32 there anyway
+
+// Deterministic mode: how many of the n prompt tokens offered to a sequence with n_cached of its
+// tokens cached (n_prompt of them its prompt) the step takes, so that its steps end where they
+// would with no other sequence: inside the prompt only on the grid, else at the prompt's end;
+// past the prompt (tokens recomputed after a preemption) after every token. 0: not this step
+// (the budget left does not reach the next grid point).
+int64_t deterministic_chunk(int64_t n_cached, int64_t n_prompt, int64_t n) {
+  if (n_cached >= n_prompt) return 1;
+  const int64_t end = std::min(n_cached + n, n_prompt);
+  if (end == n_prompt) return end - n_cached;
+  return end / kStepGrid * kStepGrid - n_cached;
+}
+
 }  // namespace
 
 int32_t scheduler_slots(const ModelConfig& cfg, const SchedulerConfig& sc) {
@@ -40,6 +54,11 @@ Scheduler::Scheduler(Model& model, CacheSizing sizing, SchedulerConfig config)
       slots_for_running_(config.max_running) {
   if (cfg_.max_running < 1 || cfg_.max_step_tokens < 1 || cfg_.prefill_chunk < 1)
     bad_input("scheduler: max_running, max_step_tokens and prefill_chunk must be positive");
+  if (cfg_.deterministic && (cfg_.max_step_tokens < kStepGrid || cfg_.prefill_chunk < kStepGrid))
+    bad_input("scheduler: deterministic mode needs a step budget and prefill chunk of at least ", kStepGrid,
+              " tokens (prompt chunks end on the ", kStepGrid, "-token grid), got ", cfg_.max_step_tokens, " and ",
+              cfg_.prefill_chunk);
+  share_prompts_only_ = cfg_.deterministic && model.config().count_layers(LayerKind::kLinearAttention) > 0;
   const bool has_state = model.config().has_sequence_state();
   if (cfg_.prefix_cache) {
     const int32_t bs = sizing.block_size;
@@ -88,8 +107,12 @@ std::shared_ptr<Request> Scheduler::submit(std::vector<int32_t> prompt, RequestO
   return req;
 }
 
+int32_t Scheduler::shareable_tokens(const Seq& s) const {
+  return share_prompts_only_ ? std::min(s.state.n_cached, s.n_prompt) : s.state.n_cached;
+}
+
 void Scheduler::release(Seq& s) {
-  if (prefix_) prefix_->register_blocks(s.tokens, s.state.blocks, s.state.n_cached);
+  if (prefix_) prefix_->register_blocks(s.tokens, s.state.blocks, shareable_tokens(s));
   runner_.finish(s.state);
 }
 
@@ -214,6 +237,10 @@ bool Scheduler::step() {
         const int64_t boundary = (s->state.n_cached / iv + 1) * iv;
         if (s->state.n_cached + n > boundary) n = boundary - s->state.n_cached;
       }
+      if (cfg_.deterministic) {
+        n = deterministic_chunk(s->state.n_cached, s->n_prompt, n);
+        if (n <= 0) continue;
+      }
       items.push_back({.seq = &s->state,
                        .tokens = std::span<const int32_t>(s->tokens).subspan(size_t(s->state.n_cached), size_t(n)),
                        .no_logits = n < remaining});
@@ -240,9 +267,10 @@ bool Scheduler::step() {
       for (size_t i = 0; i < items.size(); ++i) {
         Seq& s = *owners[i];
         if (prefix_) {
-          prefix_->register_blocks(s.tokens, s.state.blocks, s.state.n_cached);
+          const int32_t shared = shareable_tokens(s);
+          prefix_->register_blocks(s.tokens, s.state.blocks, shared);
           const int32_t spare = runner_.cache().free_slots() - (cfg_.max_running - int32_t(running_.size()));
-          prefix_->maybe_checkpoint(s.tokens, s.state.n_cached, s.state.slot, spare);
+          if (shared == s.state.n_cached) prefix_->maybe_checkpoint(s.tokens, s.state.n_cached, s.state.slot, spare);
         }
         if (items[i].no_logits) continue;
         const float* l = on_backend ? nullptr : logits.data() + row * size_t(V);

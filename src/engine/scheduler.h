@@ -7,6 +7,15 @@
 // sequence is preempted (its blocks and slot freed, its tokens recomputed later) instead of
 // failing the others. With the prefix cache on, an admitted request first resumes from the
 // longest cached prefix of its prompt (see prefix_cache.h).
+//
+// Deterministic mode (SchedulerConfig::deterministic, with a batch-invariant backend) makes a
+// request's logits independent of the other requests: the kernels already compute each row alone,
+// and what is left is where a sequence's steps end, since the DeltaNet state is rounded to F32
+// at every step end (and at every 64-position grid point anyway). So a prompt chunk may end only
+// on the 64-position grid or at the prompt's end, whatever budget the others leave; generated
+// tokens recomputed after a preemption go one per step, as they were generated; and on models
+// with DeltaNet layers the prefix cache keeps only work done on prompts (a generated span decoded
+// token by token carries other roundings than the same text prefilled by a later request).
 #pragma once
 
 #include <atomic>
@@ -33,6 +42,8 @@ struct SchedulerConfig {
   int32_t checkpoint_interval = 256;  // recurrent-state checkpoints (hybrid models), tokens
   int32_t max_checkpoints = 32;
   int64_t max_queue = 256;          // waiting requests beyond this are refused (submit returns null)
+  bool deterministic = false;       // step ends that do not depend on the batch (see above); needs
+                                    // prefill_chunk and max_step_tokens >= 64
 };
 
 // State slots a scheduler with config `sc` gives a model: one per running sequence plus the
@@ -82,6 +93,9 @@ class Scheduler {
   void preempt_newest();
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
   void release(Seq& s);
+  // How many of s's cached tokens the prefix cache may share: all, or (deterministic mode, DeltaNet
+  // models) only those of its prompt.
+  int32_t shareable_tokens(const Seq& s) const;
   void reap_cancelled();
   void publish_cache_state();  // under mu_
   // A step failed with `e`: its sequences end with the error and give back what they held; when
@@ -97,6 +111,7 @@ class Scheduler {
   Runner runner_;
   std::unique_ptr<PrefixCache> prefix_;
   int32_t slots_for_running_;
+  bool share_prompts_only_ = false;  // deterministic mode on a model with DeltaNet layers
   int64_t capacity_ = 0;  // tokens the KV pool holds
 
   mutable std::mutex mu_;  // guards incoming_, metrics_

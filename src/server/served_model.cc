@@ -26,7 +26,7 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
   } catch (const Error&) {
     m->chat_template.reset();  // no template: completions only
   }
-  m->ops = cli::make_backend(o.device);
+  m->ops = cli::make_backend({.device = o.device, .deterministic = o.deterministic});
   if (o.profile) {  // the model runs on a wrapper that times every op on the backend's clock
     m->backend = std::move(m->ops);
     auto p = std::make_unique<ProfilingOps>(*m->backend);
@@ -44,7 +44,7 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
     if (std::find(m->stop_ids.begin(), m->stop_ids.end(), *eos) == m->stop_ids.end()) m->stop_ids.push_back(*eos);
   }
   const SchedulerConfig sc{.max_running = o.max_running, .max_step_tokens = o.max_step_tokens,
-                           .prefill_chunk = 256, .prefix_cache = o.prefix_cache};
+                           .prefill_chunk = 256, .prefix_cache = o.prefix_cache, .deterministic = o.deterministic};
   CacheSizing sizing;
   sizing.block_size = 16;
   const int64_t per_seq = (o.max_context + sizing.block_size - 1) / sizing.block_size;

@@ -40,6 +40,7 @@ struct ServeOptions {
   int32_t max_step_tokens = 512;
   bool prefix_cache = true;
   bool profile = false;         // time every op (ProfilingOps); printed when the server stops
+  bool deterministic = false;   // batch-invariant backend and scheduling (SchedulerConfig::deterministic)
 };
 
 // Loads the model, its tokenizer (required) and chat template (optional) from DIR.

@@ -67,6 +67,45 @@ TEST_F(GpuBench, AttentionDecode) {
   }
 }
 
+// What deterministic mode costs per kernel: the matmul of a decode batch and a prefill chunk
+// through the GEMV kernels instead of cuBLAS (BF16 x3), and decode attention with the split
+// count of each row's own context instead of the one that fills the GPU.
+TEST_F(GpuBench, DeterministicMode) {
+#ifdef KESTREL_HAVE_CUDA
+  auto& cuda = static_cast<CudaOps&>(gpu());
+  const int K = 4096, N = 12288;
+  Buffer w = up(random(DType::kBF16, N, K, 0.02f));
+  for (int T : {16, 64, 512}) {
+    Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+    for (bool det : {false, true}) {
+      cuda.set_deterministic(det);
+      const double s = time([&] { gpu().matmul(out, x, w); }, 10);
+      std::printf("BENCH matmul_%s_T%d_%dx%d %.1f TFLOP/s (%.1f us)\n", det ? "deterministic" : "default", T, N, K,
+                  2.0 * T * N * K / s / 1e12, s * 1e6);
+    }
+  }
+  const int heads = 16, kv = 4, hd = 256;
+  for (int batch : {1, 16}) {
+    for (int ctx : {1024, 8192}) {
+      StepPlan plan = make_plan(std::vector<std::pair<int, int>>(size_t(batch), {ctx - 1, 1}), 10, rng_);
+      const int64_t rows = int64_t(plan.block_tables.size()) * 16;
+      Buffer kc = gpu().alloc(DType::kF32, rows, kv * hd), vc = gpu().alloc(DType::kF32, rows, kv * hd);
+      Buffer q = up(random(batch, heads * hd)), k = up(random(batch, kv * hd)), v = up(random(batch, kv * hd));
+      Buffer out = gpu().alloc(DType::kF32, batch, heads * hd);
+      AttentionParams p{.n_heads = heads, .n_kv_heads = kv, .head_dim = hd, .scale = 0.0625f};
+      gpu().begin_step(plan);
+      for (bool det : {false, true}) {
+        cuda.set_deterministic(det);
+        const double s = time([&] { gpu().attention(out, q, k, v, {kc, vc}, p, plan); });
+        std::printf("BENCH attention_decode_%s_b%d_ctx%d %.1f GB/s of KV (%.1f us)\n",
+                    det ? "deterministic" : "default", batch, ctx, double(batch) * ctx * kv * hd * 8 / s / 1e9, s * 1e6);
+      }
+    }
+  }
+  cuda.set_deterministic(false);
+#endif
+}
+
 TEST_F(GpuBench, DeltaRule) {
   DeltaNetConfig cfg{.n_k_heads = 16, .n_v_heads = 32, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
   for (int T : {1, 1024}) {

@@ -37,7 +37,10 @@ TEST_F(GpuTest, MoeExperts) {
                  Case{40, 16, 4, 256, 96, DType::kBF16}, Case{3, 8, 2, 100, 36, DType::kBF16},
                  Case{7, 8, 3, 128, 64, DType::kF32},
                  // many pairs per expert (several passes of 8), H past the shared-memory tile
-                 Case{96, 16, 8, 2056, 512, DType::kBF16}}) {
+                 Case{96, 16, 8, 2056, 512, DType::kBF16},
+                 // decode: far fewer pairs than experts (the grid covers only min(E, pairs) experts),
+                 // and more experts than the scan's 1024 threads
+                 Case{1, 256, 8, 256, 64, DType::kBF16}, Case{2, 1500, 8, 128, 64, DType::kBF16}}) {
     ExpertWeights hw, dw;
     std::vector<Buffer> keep;
     for (int e = 0; e < c.E; ++e) {

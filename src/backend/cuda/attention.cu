@@ -14,6 +14,10 @@
 // and from the cache otherwise, as the CPU oracle does, and writes the step's k/v afterwards
 // (kv_write_ext_kernel: paged, or only the last ring_rows positions of each sequence for a ring).
 // Its softmax, split-KV partition and combine are the first kernel's.
+// The split count is chosen per step (choose_splits: from the step's rows and longest row), so
+// a row's bits depend on its batch. Deterministic mode instead gives each row det_splits(its own
+// key count) splits, so a row computes the same alone or batched; the grid is sized for the
+// step's largest count and a row's surplus split blocks exit.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -24,6 +28,19 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxSplits = 64;
 constexpr int kMinKeysPerSplit = 64;
+constexpr int64_t kDetKeysPerSplit = 256;       // deterministic mode: keys per split
+constexpr size_t kDetPartialBytes = size_t(64) << 20;  // deterministic mode: split results per launch
+
+// Deterministic mode: the splits of a row attending `keys` keys, a function of its keys only.
+__host__ __device__ __forceinline__ int det_splits(int64_t keys) {
+  const int64_t n = (keys + kDetKeysPerSplit - 1) / kDetKeysPerSplit;
+  return int(n < 1 ? 1 : n > kMaxSplits ? kMaxSplits : n);
+}
+
+// The keys row `pos` attends: [first, pos].
+__host__ __device__ __forceinline__ int64_t first_key(int64_t pos, int window) {
+  return (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+}
 
 __device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const SeqStep& s, int block_size,
                                              int64_t pos) {
@@ -46,8 +63,10 @@ __global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc, 
   }
 }
 
-// grid: (T, n_heads, n_splits); block: kWarps warps. DPL = head dims per lane (head_dim <= 32 * DPL).
-// part (n_splits > 1): [T, n_heads, n_splits, hd + 2] = (max, sum, acc[hd]) per split.
+// grid: (rows, n_heads, max_splits) for rows [row0, row0 + rows); block: kWarps warps. DPL = head
+// dims per lane (head_dim <= 32 * DPL). A row has max_splits splits, or det_splits(its keys) when
+// per_row_splits (deterministic mode; its surplus blocks exit).
+// part (more than one split): [rows, n_heads, max_splits, hd + 2] = (max, sum, acc[hd]) per split.
 template <int DPL>
 __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  const float* __restrict__ q,   // [T, n_heads * hd]
@@ -55,19 +74,21 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                  const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                  int block_size, int n_heads, int group, int hd, float scale, int window,
-                                 float* __restrict__ part) {
+                                 int64_t row0, bool per_row_splits, float* __restrict__ part) {
   extern __shared__ float smem[];
   float* qs = smem;                        // [hd]
   float* accs = qs + hd;                   // [kWarps, hd]
   float* ms = accs + kWarps * hd;          // [kWarps]
   float* ls = ms + kWarps;                 // [kWarps]
-  const int64_t r = blockIdx.x;
+  const int64_t r = row0 + blockIdx.x;
   const int h = blockIdx.y, kvh = h / group;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t kv_width = int64_t(n_heads / group) * hd;
   const SeqStep s = seqs[row_seq[r]];
   const int64_t pos = positions[r];
-  const int64_t first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t first = first_key(pos, window);
+  const int n_splits = per_row_splits ? det_splits(pos - first + 1) : int(gridDim.z), split = blockIdx.z;
+  if (split >= n_splits) return;  // the whole block: a surplus split of this row
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];
   __syncthreads();
   float qv[DPL], acc[DPL];
@@ -78,7 +99,6 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int n_splits = gridDim.z, split = blockIdx.z;
   const int64_t per_split = (pos - first + 1 + n_splits - 1) / n_splits;
   const int64_t j0 = first + split * per_split;
   const int64_t j1 = j0 + per_split - 1 < pos ? j0 + per_split - 1 : pos;  // inclusive
@@ -132,7 +152,7 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
     }
     return;
   }
-  float* pp = part + ((r * n_heads + h) * int64_t(n_splits) + split) * (hd + 2);
+  float* pp = part + ((int64_t(blockIdx.x) * n_heads + h) * int64_t(gridDim.z) + split) * (hd + 2);
   if (threadIdx.x == 0) {
     pp[0] = M;  // -inf when this split holds no keys (then L = 0 and acc = 0)
     pp[1] = L;
@@ -144,13 +164,19 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   }
 }
 
-// grid: (T, n_heads); merges the n_splits partial results of attention_kernel.
+// grid: (rows, n_heads) for rows [row0, row0 + rows); merges a row's partial results of
+// attention_kernel (its n_splits as there; a row of one split was written by attention_kernel).
 __global__ void attention_combine_kernel(float* __restrict__ out,         // [T, n_heads * hd]
-                                         const float* __restrict__ part,  // [T, n_heads, n_splits, hd + 2]
-                                         int n_heads, int hd, int n_splits) {
-  const int64_t r = blockIdx.x;
+                                         const float* __restrict__ part,  // [rows, n_heads, max_splits, hd + 2]
+                                         const int32_t* __restrict__ positions,  // [T]
+                                         int n_heads, int hd, int max_splits, int window, int64_t row0,
+                                         bool per_row_splits) {
+  const int64_t r = row0 + blockIdx.x;
   const int h = blockIdx.y;
-  const float* pp = part + (r * n_heads + h) * int64_t(n_splits) * (hd + 2);
+  const int64_t pos = positions[r];
+  const int n_splits = per_row_splits ? det_splits(pos - first_key(pos, window) + 1) : max_splits;
+  if (n_splits == 1) return;
+  const float* pp = part + (int64_t(blockIdx.x) * n_heads + h) * int64_t(max_splits) * (hd + 2);
   float M = -INFINITY;
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pp[s * (hd + 2)]);
   float L = 0.0f;
@@ -170,24 +196,25 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
   }
 }
 
+// Rows [row0, row0 + rows) with up to max_splits splits each (exactly that many unless per_row_splits).
 template <int DPL>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                      const AttentionParams& p, int n_splits) {
+                      const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits) {
   const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
   float* part = nullptr;
-  if (n_splits > 1) {
-    const size_t n = size_t(q.rows) * p.n_heads * n_splits * (p.head_dim + 2);
+  if (max_splits > 1) {
+    const size_t n = size_t(rows) * p.n_heads * max_splits * (p.head_dim + 2);
     part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
   }
-  dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
+  dim3 grid(unsigned(rows), unsigned(p.n_heads), unsigned(max_splits));
   attention_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
       out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
       ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window,
-      part);
+      row0, per_row_splits, part);
   CUDA_CHECK_LAUNCH();
-  if (n_splits > 1) {
-    attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
-        out.f32(), part, p.n_heads, p.head_dim, n_splits);
+  if (max_splits > 1) {
+    attention_combine_kernel<<<dim3(unsigned(rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
+        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0, per_row_splits);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -207,16 +234,40 @@ int splits_for(const StepPlan& plan, const AttentionParams& p, int64_t max_keys)
   return int(std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits));
 }
 
-// Splits for the rows' windows [max(0, pos - window + 1), pos].
+// Splits for the rows' key ranges [first_key(pos), pos].
 int choose_splits(const StepPlan& plan, const AttentionParams& p) {
   int64_t max_keys = 1;
-  for (int32_t pos : plan.positions) {
-    const int64_t first = p.window > 0 ? std::max<int64_t>(0, int64_t(pos) - p.window + 1) : 0;
-    max_keys = std::max<int64_t>(max_keys, pos - first + 1);
-  }
+  for (int32_t pos : plan.positions) max_keys = std::max<int64_t>(max_keys, pos - first_key(pos, p.window) + 1);
   return splits_for(plan, p, max_keys);
 }
 
+// Every row of the step: one launch with choose_splits' count, or in deterministic mode each row
+// with det_splits of its own keys.
+template <int DPL>
+void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+                   const AttentionParams& p, const StepPlan& plan) {
+  const int64_t T = q.rows;
+  if (!ctx.deterministic) {
+    launch_attention<DPL>(ctx, out, q, cache, p, 0, T, choose_splits(plan, p), false);
+    return;
+  }
+  // Deterministic: each row det_splits(its keys); consecutive rows share a launch while their
+  // split results fit kDetPartialBytes (a long prefill chunk would otherwise need gigabytes).
+  const size_t per_split_bytes = size_t(p.n_heads) * size_t(p.head_dim + 2) * sizeof(float);
+  for (int64_t r0 = 0; r0 < T;) {
+    int64_t r1 = r0;
+    int max_splits = 1;
+    while (r1 < T) {
+      const int64_t pos = plan.positions[size_t(r1)];
+      const int splits = std::max(max_splits, det_splits(pos - first_key(pos, p.window) + 1));
+      if (r1 > r0 && size_t(r1 - r0 + 1) * size_t(splits) * per_split_bytes > kDetPartialBytes) break;
+      max_splits = splits;
+      ++r1;
+    }
+    launch_attention<DPL>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true);
+    r0 = r1;
+  }
+}
 
 // ---- the general path: ring caches, KV written by another layer, per-row selections ----
 
@@ -378,7 +429,7 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
   CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
     attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
-        out.f32(), part, p.n_heads, p.head_dim, n_splits);
+        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -453,16 +504,19 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
                                                               ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
                                                               ctx.step.block_tables, ctx.step.block_size, kv_width);
     CUDA_CHECK_LAUNCH();
-    const int n_splits = choose_splits(plan, p);
-    if (hd <= 32) launch_attention<1>(ctx, out, q, cache, p, n_splits);
-    else if (hd <= 64) launch_attention<2>(ctx, out, q, cache, p, n_splits);
-    else if (hd <= 128) launch_attention<4>(ctx, out, q, cache, p, n_splits);
-    else if (hd <= 256) launch_attention<8>(ctx, out, q, cache, p, n_splits);
-    else launch_attention<16>(ctx, out, q, cache, p, n_splits);
+    if (hd <= 32) run_attention<1>(ctx, out, q, cache, p, plan);
+    else if (hd <= 64) run_attention<2>(ctx, out, q, cache, p, plan);
+    else if (hd <= 128) run_attention<4>(ctx, out, q, cache, p, plan);
+    else if (hd <= 256) run_attention<8>(ctx, out, q, cache, p, plan);
+    else run_attention<16>(ctx, out, q, cache, p, plan);
     return;
   }
   // The general path: the step's own positions from k/v, the past from the cache; write after.
-  const int n_splits = p.select.empty() ? choose_splits(plan, p) : splits_for(plan, p, p.select.cols);
+  // Deterministic mode runs it unsplit: each row's sums then run in one fixed order, alone or
+  // batched (no split-KV for these layers in that mode).
+  const int n_splits = ctx.deterministic ? 1
+                       : p.select.empty() ? choose_splits(plan, p)
+                                          : splits_for(plan, p, p.select.cols);
   if (hd <= 32) launch_attention_ext<1>(ctx, out, q, k, v, cache, p, n_splits);
   else if (hd <= 64) launch_attention_ext<2>(ctx, out, q, k, v, cache, p, n_splits);
   else if (hd <= 128) launch_attention_ext<4>(ctx, out, q, k, v, cache, p, n_splits);

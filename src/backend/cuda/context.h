@@ -66,6 +66,7 @@ struct Context {
   Scratch* scratch = nullptr;
   PointerTables* tables = nullptr;
   MatmulPrecision matmul_precision = MatmulPrecision::kBf16x3;
+  bool deterministic = false;  // batch-invariant kernels only (CudaOps::set_deterministic)
   // Copies host data into scratch slot `slot` (stream-ordered) and returns the device pointer.
   void* upload_scratch(int slot, const void* host, size_t bytes) const;
 };

@@ -182,6 +182,8 @@ void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream
 
 void CudaOps::set_matmul_precision(MatmulPrecision p) { impl_->ctx.matmul_precision = p; }
 MatmulPrecision CudaOps::matmul_precision() const { return impl_->ctx.matmul_precision; }
+void CudaOps::set_deterministic(bool on) { impl_->ctx.deterministic = on; }
+bool CudaOps::deterministic() const { return impl_->ctx.deterministic; }
 
 const char* matmul_precision_name(MatmulPrecision p) {
   switch (p) {

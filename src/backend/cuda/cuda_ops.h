@@ -15,7 +15,8 @@ class Scratch;
 
 // How prefill matmuls (T > 8 rows, BF16 weights) treat the F32 activations. The weights are
 // exact in BF16; the activations are split into BF16 terms x = t1 + t2 + ..., one tensor-core
-// GEMM per term, summed in F32. Decode rows (T <= 8) always take the F32 GEMV kernel.
+// GEMM per term, summed in F32. Decode rows (T <= 8) always take the F32 GEMV kernel, and so
+// does every T in deterministic mode (CudaOps::set_deterministic), whatever the precision.
 enum class MatmulPrecision : uint8_t {
   kBf16,    // 1 term: activations rounded to BF16 (~2^-9 relative), 1 GEMM
   kBf16x2,  // 2 terms (~2^-16), 2 GEMMs
@@ -93,6 +94,13 @@ class CudaOps final : public Ops {
   // See MatmulPrecision; kBf16x3 unless set.
   void set_matmul_precision(MatmulPrecision p);
   MatmulPrecision matmul_precision() const;
+  // Deterministic mode (off unless set): a row's result does not depend on the other rows of its
+  // step, so a sequence's logits are bit-identical decoded alone or in any batch. Matmuls take
+  // the F32 GEMV kernels for every row count (groups of up to 8 rows, each row summed as when
+  // alone) instead of cuBLAS, and split-KV attention cuts a row's keys by its own key count only.
+  // The other kernels are batch-invariant always. Costs prefill and large-batch speed (docs/cuda.md).
+  void set_deterministic(bool on);
+  bool deterministic() const;
 
  private:
   struct Impl;

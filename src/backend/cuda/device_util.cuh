@@ -90,6 +90,13 @@ __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
+// x[0..8) . w[0..8) with x as two float4 (a = x[0..4), b = x[4..8)), summed left to right: the
+// step of every vectorized dot product (GEMV, MoE experts, warp_dot). Kernels whose rows must
+// agree bit for bit (a row alone or batched) accumulate `acc += dot8(...)` in the same k order.
+__device__ __forceinline__ float dot8(const float4& a, const float4& b, const float (&w)[8]) {
+  return a.x * w[0] + a.y * w[1] + a.z * w[2] + a.w * w[3] + b.x * w[4] + b.y * w[5] + b.z * w[6] + b.w * w[7];
+}
+
 // dot(x[0..K), w[0..K)) over one warp (every lane gets the sum); vec: K % 8 == 0 and both
 // pointers 16-byte aligned.
 template <typename W>
@@ -103,8 +110,7 @@ __device__ __forceinline__ float warp_dot(const float* __restrict__ x, const W* 
       load8(w + k, wf);
       const float4 a = *reinterpret_cast<const float4*>(x + k);
       const float4 b = *reinterpret_cast<const float4*>(x + k + 4);
-      acc += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] +
-             b.w * wf[7];
+      acc += dot8(a, b, wf);
     }
   } else {
     for (int64_t k = lane; k < K; k += 32) acc += x[k] * to_f32(w[k]);

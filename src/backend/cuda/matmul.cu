@@ -1,10 +1,11 @@
 // matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32, F32 out.
 //
 // Two paths:
-//  - small T (decode, T <= kGemvMaxRows), F16 weights, and MatmulPrecision::kExact: GEMV
-//    kernels, each warp four output columns, F32 activations times the weights as stored, F32
-//    accumulation. They read each weight row once per group of up to 8 rows (staged in shared
-//    memory), which is what decode is bound by, and give every row the same bits as alone.
+//  - small T (decode, T <= kGemvMaxRows), F16 weights, MatmulPrecision::kExact and deterministic
+//    mode (any T): GEMV kernels, each warp four output columns, F32 activations times the weights
+//    as stored, F32 accumulation. They read each weight row once per group of up to 8 rows
+//    (staged in shared memory), which is what decode is bound by, and give every row the same
+//    bits as alone, whatever the number of rows: that is the deterministic mode's matmul.
 //  - BF16 weights and larger T (prefill): cuBLAS on the tensor cores, BF16 x BF16 with F32
 //    accumulation and output. The weights are exact in BF16; the activations are split into
 //    BF16 terms t1 = bf16(x), t2 = bf16(x - t1), t3 = bf16(x - t1 - t2) and multiplied once per
@@ -45,8 +46,7 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
     for (int c = 0; c < kGemv1Cols; ++c) load8(wr[c] + k, wf[c]);
 #pragma unroll
     for (int c = 0; c < kGemv1Cols; ++c)
-      acc[c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
-                b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+      acc[c] += dot8(a, b, wf[c]);
   }
 #pragma unroll
   for (int c = 0; c < kGemv1Cols; ++c) {
@@ -97,8 +97,7 @@ __global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
         const float4 b = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k + 4);
 #pragma unroll
         for (int c = 0; c < kGemv1Cols; ++c)
-          acc[r][c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
-                       b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+          acc[r][c] += dot8(a, b, wf[c]);
       }
     }
   }
@@ -257,15 +256,17 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
     CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), ctx.stream));
     return;
   }
-  const bool exact = ctx.matmul_precision == MatmulPrecision::kExact;
-  if (T > kGemvMaxRows && w.dtype == DType::kBF16 && !exact) {
+  // cuBLAS picks its algorithm (tiling, split-K) by shape, so a row's bits there depend on T:
+  // deterministic mode keeps to the GEMV kernels, whose rows do not.
+  const bool gemv_only = ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
+  if (T > kGemvMaxRows && w.dtype == DType::kBF16 && !gemv_only) {
     const int n_terms = ctx.matmul_precision == MatmulPrecision::kBf16     ? 1
                         : ctx.matmul_precision == MatmulPrecision::kBf16x2 ? 2
                                                                            : 3;
     launch_cublas_bf16(ctx, out.f32(), x.f32(), w.as<const __nv_bfloat16>(), T, K, N, n_terms);
     return;
   }
-  if (T > kGemvMaxRows && w.dtype == DType::kF32 && !exact) {
+  if (T > kGemvMaxRows && w.dtype == DType::kF32 && !gemv_only) {
     launch_cublas_f32(ctx, out.f32(), x.f32(), w.f32(), T, K, N);
     return;
   }

@@ -4,10 +4,12 @@
 //   h[p, F]   = act(gate_e x_t) * up_e x_t                       act: silu or gelu-tanh
 //   y[p, H]   = (weight_p * scale_e) * down_e h[p]              scale_e: experts.expert_scale, or 1
 //   out[t, H] = sum_j y[t * k + j]  in rank order     (moe_sum_kernel)
-// The pairs are grouped by expert on the device (count, scan, scatter); then each block takes
-// one expert's column tile and runs its pairs 8 at a time with their inputs staged in shared
-// memory, so an expert's weights are read once per 8 of its pairs rather than once per pair
-// (prefill, and decode batches, share experts). A pair's sums run in the same order whatever
+// The pairs are grouped by expert on the device (count, scan, scatter; the scan also lists the
+// experts that got a pair); then each block takes one listed expert's column tile and runs its
+// pairs 8 at a time with their inputs staged in shared memory, so an expert's weights are read
+// once per 8 of its pairs rather than once per pair (prefill, and decode batches, share
+// experts). The grid covers min(E, pairs) experts, not all E: a decode step of 8 pairs launches
+// 8 expert rows of blocks, and those past the device-side count of touched experts exit. A pair's sums run in the same order whatever
 // shares its pass, so results do not depend on the batch. Unaligned shapes take the per-pair
 // kernels (one warp per output of one pair).
 #include "backend/cuda/device_util.cuh"
@@ -112,28 +114,42 @@ __global__ void moe_count_kernel(int32_t* __restrict__ counts, const int32_t* __
     atomicAdd(&counts[ids[p]], 1);
 }
 
-// One block of 1024 threads: offsets [E + 1] = exclusive prefix sums of counts [E]; cursor = offsets.
+// One block of 1024 threads: offsets [E + 1] = exclusive prefix sums of counts [E]; cursor = offsets;
+// active [*n_active] = the experts with at least one pair, ascending (the grouped kernels' grid rows).
 __global__ void moe_offsets_kernel(int32_t* __restrict__ offsets, int32_t* __restrict__ cursor,
+                                   int32_t* __restrict__ active,    // [E], the first *n_active used
+                                   int32_t* __restrict__ n_active,  // [1]
                                    const int32_t* __restrict__ counts, int E) {
-  __shared__ int32_t part[1024];
+  __shared__ int32_t part[1024], used[1024];
   const int per = (E + 1023) / 1024, first = threadIdx.x * per;
-  int32_t sum = 0;
-  for (int i = first; i < first + per && i < E; ++i) sum += counts[i];
+  int32_t sum = 0, n = 0;
+  for (int i = first; i < first + per && i < E; ++i) {
+    sum += counts[i];
+    n += counts[i] > 0 ? 1 : 0;
+  }
   part[threadIdx.x] = sum;
+  used[threadIdx.x] = n;
   __syncthreads();
-  for (int d = 1; d < 1024; d <<= 1) {  // inclusive scan of the per-thread sums
+  for (int d = 1; d < 1024; d <<= 1) {  // inclusive scans of the per-thread sums and expert counts
     const int32_t v = threadIdx.x >= unsigned(d) ? part[threadIdx.x - d] : 0;
+    const int32_t u = threadIdx.x >= unsigned(d) ? used[threadIdx.x - d] : 0;
     __syncthreads();
     part[threadIdx.x] += v;
+    used[threadIdx.x] += u;
     __syncthreads();
   }
   int32_t run = threadIdx.x ? part[threadIdx.x - 1] : 0;
+  int32_t slot = threadIdx.x ? used[threadIdx.x - 1] : 0;
   for (int i = first; i < first + per && i < E; ++i) {
     offsets[i] = run;
     cursor[i] = run;
     run += counts[i];
+    if (counts[i] > 0) active[slot++] = i;
   }
-  if (threadIdx.x == 1023) offsets[E] = part[1023];
+  if (threadIdx.x == 1023) {
+    offsets[E] = part[1023];
+    *n_active = used[1023];
+  }
 }
 
 // order[offsets[e] ..] = the pairs routed to e (in no particular order within an expert).
@@ -157,20 +173,23 @@ __device__ __forceinline__ void stage_rows(float* xs, const float* src, const in
   }
 }
 
-// grid: (ceil(F / (kWarps * 2)), E); each warp two hidden units f of expert blockIdx.y, for all its
-// pairs. Needs H % 8 == 0 and 16-byte aligned rows.
+// grid: (ceil(F / (kWarps * 2)), min(E, T * k)); each warp two hidden units f of expert
+// active[blockIdx.y], for all its pairs (rows past *n_active exit). Needs H % 8 == 0 and 16-byte
+// aligned rows.
 template <typename W, Activation A>
 __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            // [T * k, F]
                                            const float* __restrict__ x,         // [T, H]
                                            const int32_t* __restrict__ order,   // [T * k]
                                            const int32_t* __restrict__ offsets, // [E + 1]
+                                           const int32_t* __restrict__ active,  // [E]
+                                           const int32_t* __restrict__ n_active,  // [1]
                                            const void* const* __restrict__ gate, const void* const* __restrict__ up,
                                            int k, int64_t H, int64_t F) {
   constexpr int C = 2;
   __shared__ __align__(16) float xs[kGroupRows * kTileK];
   __shared__ int64_t tok[kGroupRows], pair[kGroupRows];
-  const int e = blockIdx.y, begin = offsets[e], end = offsets[e + 1];
-  if (begin == end) return;
+  if (int(blockIdx.y) >= *n_active) return;
+  const int e = active[blockIdx.y], begin = offsets[e], end = offsets[e + 1];
   const int lane = threadIdx.x & 31;
   const int64_t f0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
   const W* g = static_cast<const W*>(gate[e]);
@@ -215,10 +234,8 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
           const float4 b = *reinterpret_cast<const float4*>(xs + r * kTileK + kk + 4);
 #pragma unroll
           for (int c = 0; c < C; ++c) {
-            ag[r][c] += a.x * wg[c][0] + a.y * wg[c][1] + a.z * wg[c][2] + a.w * wg[c][3] + b.x * wg[c][4] +
-                        b.y * wg[c][5] + b.z * wg[c][6] + b.w * wg[c][7];
-            au[r][c] += a.x * wu[c][0] + a.y * wu[c][1] + a.z * wu[c][2] + a.w * wu[c][3] + b.x * wu[c][4] +
-                        b.y * wu[c][5] + b.z * wu[c][6] + b.w * wu[c][7];
+            ag[r][c] += dot8(a, b, wg[c]);
+            au[r][c] += dot8(a, b, wu[c]);
           }
         }
       }
@@ -236,14 +253,16 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
   }
 }
 
-// grid: (ceil(H / (kWarps * 4)), E); each warp four outputs c of expert blockIdx.y, for all its
-// pairs: ybuf[p, c] = weight_p * down_e[c] . h[p] (weight_p times expert_scale[e] when Scaled).
-// Needs F % 8 == 0 and 16-byte aligned rows.
+// grid: (ceil(H / (kWarps * 4)), min(E, T * k)); each warp four outputs c of expert
+// active[blockIdx.y], for all its pairs: ybuf[p, c] = weight_p * down_e[c] . h[p] (rows past
+// *n_active exit; weight_p times expert_scale[e] when Scaled). Needs F % 8 == 0 and 16-byte aligned rows.
 template <typename W, bool Scaled>
 __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             // [T * k, H]
                                         const float* __restrict__ hbuf,       // [T * k, F]
                                         const int32_t* __restrict__ order,    // [T * k]
                                         const int32_t* __restrict__ offsets,  // [E + 1]
+                                        const int32_t* __restrict__ active,   // [E]
+                                        const int32_t* __restrict__ n_active,  // [1]
                                         const float* __restrict__ weights,    // [T * k]
                                         const void* const* __restrict__ down,
                                         const float* __restrict__ expert_scale,  // [E] or null
@@ -251,8 +270,8 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
   constexpr int C = 4;
   __shared__ __align__(16) float xs[kGroupRows * kTileK];
   __shared__ int64_t pair[kGroupRows];
-  const int e = blockIdx.y, begin = offsets[e], end = offsets[e + 1];
-  if (begin == end) return;
+  if (int(blockIdx.y) >= *n_active) return;
+  const int e = active[blockIdx.y], begin = offsets[e], end = offsets[e + 1];
   const int lane = threadIdx.x & 31;
   const int64_t c0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
   const W* d = static_cast<const W*>(down[e]);
@@ -285,8 +304,7 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
           const float4 b = *reinterpret_cast<const float4*>(xs + r * kTileK + kk + 4);
 #pragma unroll
           for (int c = 0; c < C; ++c)
-            acc[r][c] += a.x * wf[c][0] + a.y * wf[c][1] + a.z * wf[c][2] + a.w * wf[c][3] + b.x * wf[c][4] +
-                         b.y * wf[c][5] + b.z * wf[c][6] + b.w * wf[c][7];
+            acc[r][c] += dot8(a, b, wf[c]);
         }
       }
     }
@@ -378,34 +396,38 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   auto* ybuf = static_cast<float*>(ctx.scratch->get(kSlotMoePartial, size_t(P * H) * 4));
   vec_f = vec_f && aligned16(hbuf);
   if (vec_h && vec_f) {
-    // group the pairs by expert: counts [E] | offsets [E + 1] | cursor [E] | order [P]
-    auto* idx = static_cast<int32_t*>(ctx.scratch->get(kSlotMoeIndex, (3 * E + 1 + size_t(P)) * 4));
-    int32_t *counts = idx, *offsets = idx + E, *cursor = offsets + E + 1, *order = cursor + E;
+    // group the pairs by expert:
+    // counts [E] | offsets [E + 1] | cursor [E] | active [E] | n_active [1] | order [P]
+    auto* idx = static_cast<int32_t*>(ctx.scratch->get(kSlotMoeIndex, (4 * E + 2 + size_t(P)) * 4));
+    int32_t *counts = idx, *offsets = idx + E, *cursor = offsets + E + 1, *active = cursor + E,
+            *n_active = active + E, *order = n_active + 1;
     CUDA_CHECK(cudaMemsetAsync(counts, 0, E * 4, ctx.stream));
     const unsigned pair_blocks = unsigned(std::min<int64_t>(ceil_div(P, 256), 1024));
     moe_count_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(counts, ids.as<const int32_t>(), P);
     CUDA_CHECK_LAUNCH();
-    moe_offsets_kernel<<<1, 1024, 0, ctx.stream>>>(offsets, cursor, counts, int(E));
+    moe_offsets_kernel<<<1, 1024, 0, ctx.stream>>>(offsets, cursor, active, n_active, counts, int(E));
     CUDA_CHECK_LAUNCH();
     moe_scatter_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(order, cursor, ids.as<const int32_t>(), P);
     CUDA_CHECK_LAUNCH();
+    // At most min(E, P) experts have pairs: the rest of the grid would only read offsets and exit.
+    const unsigned expert_rows = unsigned(std::min<int64_t>(int64_t(E), P));
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
-      const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), unsigned(E));
+      const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), expert_rows);
       if (gelu) {
         moe_gate_up_grouped_kernel<W, Activation::kGeluTanh><<<grid, kWarps * 32, 0, ctx.stream>>>(
-            hbuf, x.f32(), order, offsets, table, table + E, k, H, F);
+            hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
       } else {
         moe_gate_up_grouped_kernel<W, Activation::kSilu><<<grid, kWarps * 32, 0, ctx.stream>>>(
-            hbuf, x.f32(), order, offsets, table, table + E, k, H, F);
+            hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
       }
       CUDA_CHECK_LAUNCH();
-      const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), unsigned(E));
+      const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), expert_rows);
       if (expert_scale) {
         moe_down_grouped_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
-            ybuf, hbuf, order, offsets, weights.f32(), table + 2 * E, expert_scale, H, F);
+            ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E, expert_scale, H, F);
       } else {
         moe_down_grouped_kernel<W, false><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
-            ybuf, hbuf, order, offsets, weights.f32(), table + 2 * E, nullptr, H, F);
+            ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E, nullptr, H, F);
       }
       CUDA_CHECK_LAUNCH();
     });

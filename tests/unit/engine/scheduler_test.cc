@@ -3,6 +3,8 @@
 // the prefix cache reuses KV blocks and recurrent-state checkpoints without changing outputs.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine/generate.h"
 #include "engine/scheduler.h"
 #include "support/fixture_model.h"
@@ -138,6 +140,96 @@ TEST_P(SchedulerTest, RefusesRequestsThatCanNeverRun) {
   EXPECT_THROW(sched.submit({}, {}), Error);
   EXPECT_THROW(sched.submit({1, 2, 100000}, {}), Error);
   EXPECT_THROW(sched.submit(std::vector<int32_t>(200, 1), {.max_tokens = 1}), Error);  // > 128 tokens of cache
+}
+
+std::vector<TokenOut> outputs_to_end(Scheduler& sched, const std::shared_ptr<Request>& req) {
+  std::vector<TokenOut> out;
+  FinishReason f = FinishReason::kNone;
+  for (int guard = 0; guard < 100000 && f == FinishReason::kNone; ++guard) {
+    sched.step();
+    f = req->wait(out, std::chrono::milliseconds(0));
+  }
+  EXPECT_EQ(f, FinishReason::kLength) << req->error();
+  return out;
+}
+
+// Same tokens, bit-identical logprob and top logprobs.
+void expect_same_outputs(const std::vector<TokenOut>& got, const std::vector<TokenOut>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t t = 0; t < got.size(); ++t) {
+    EXPECT_EQ(got[t].token, want[t].token) << what << " token " << t;
+    EXPECT_EQ(0, std::memcmp(&got[t].logprob, &want[t].logprob, sizeof(float)))
+        << what << " token " << t << ": logprob " << got[t].logprob << " vs " << want[t].logprob;
+    EXPECT_EQ(got[t].top, want[t].top) << what << " token " << t;
+  }
+}
+
+// Deterministic mode: every token's logprob and top logprobs (the logits through a log-softmax)
+// are bit-identical to the request running alone, although the batched runs cut prompts by
+// whatever budget the others leave (off the 64-token grid where the DeltaNet state would be
+// rounded differently) or preempt and recompute sequences.
+TEST_P(SchedulerTest, DeterministicModeLogprobsAreBitIdenticalToRunningAlone) {
+  test::FixtureModel fm(GetParam());
+  auto ps = prompts_of(GetParam());  // 1, 7, 37, 100 and 300 tokens
+  const RequestOptions ro{.max_tokens = 24, .ignore_eos = true, .top_logprobs = 4};
+  std::vector<std::vector<TokenOut>> solo;
+  for (auto& p : ps) {
+    Scheduler one(fm.model(), blocks(64), {.max_running = 1, .deterministic = true});
+    solo.push_back(outputs_to_end(one, one.submit(p, ro)));
+  }
+  struct Case {
+    const char* what;
+    int32_t n_blocks;
+    SchedulerConfig config;
+  };
+  for (const Case& c : {Case{"a step budget that cuts prompts off the grid", 256,
+                             {.max_running = 5, .max_step_tokens = 100, .prefill_chunk = 80, .deterministic = true}},
+                        // the cache of PreemptsTheNewest...: someone is preempted and recomputed
+                        Case{"preemption", 34,
+                             {.max_running = 5, .max_step_tokens = 512, .prefill_chunk = 512, .prefix_cache = false,
+                              .deterministic = true}}}) {
+    Scheduler sched(fm.model(), blocks(c.n_blocks), c.config);
+    std::vector<std::shared_ptr<Request>> reqs;
+    for (auto& p : ps) reqs.push_back(sched.submit(p, ro));
+    for (int guard = 0; guard < 10000 && !sched.idle(); ++guard) sched.step();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<TokenOut> out;
+      EXPECT_EQ(reqs[i]->wait(out, std::chrono::milliseconds(0)), FinishReason::kLength) << reqs[i]->error();
+      expect_same_outputs(out, solo[i], std::string(c.what) + ", prompt " + std::to_string(i));
+    }
+    if (c.n_blocks == 34) {
+      EXPECT_GT(sched.metrics().preemptions, 0u);
+    }
+  }
+  // Chunks must be able to reach the next grid point.
+  EXPECT_THROW((Scheduler(fm.model(), blocks(8), {.prefill_chunk = 32, .deterministic = true})), Error);
+  EXPECT_THROW((Scheduler(fm.model(), blocks(8), {.max_step_tokens = 48, .deterministic = true})), Error);
+}
+
+// Deterministic mode, multi-turn: a follow-up whose prompt holds an earlier answer is bit-identical
+// to the follow-up on a fresh server. DeltaNet models reuse only the earlier prompt's work (the
+// answer's state was rounded at every decode step, a prefill of the same text rounds on the grid);
+// attention-only models reuse the answer's blocks too (a row's KV is the same however it was
+// batched).
+TEST_P(SchedulerTest, DeterministicModeReusesOnlyPromptWork) {
+  test::FixtureModel fm(GetParam());
+  const auto base = test::reference_prompt(GetParam(), 3);  // 100 tokens
+  const SchedulerConfig sc{.max_running = 2, .prefill_chunk = 64, .checkpoint_interval = 64, .deterministic = true};
+  Scheduler sched(fm.model(), blocks(128), sc);
+  const auto first = outputs_to_end(sched, sched.submit(base, {.max_tokens = 60, .ignore_eos = true}));
+  std::vector<int32_t> follow = base;  // the conversation so far, then a new turn
+  for (const auto& t : first) follow.push_back(t.token);
+  for (int i = 0; i < 10; ++i) follow.push_back(int32_t((i * 37) % 500));
+  const RequestOptions ro{.max_tokens = 8, .ignore_eos = true, .top_logprobs = 4};
+  auto req = sched.submit(follow, ro);
+  const auto reused = outputs_to_end(sched, req);
+  Scheduler fresh(fm.model(), blocks(128), sc);
+  expect_same_outputs(reused, outputs_to_end(fresh, fresh.submit(follow, ro)), "follow-up");
+  // DeltaNet: the checkpoint at 64 inside the first prompt; sliding rings: the checkpoint at 128
+  // inside the answer; attention only: the 9 full blocks of prompt and answer
+  const ModelConfig& cfg = fm.model().config();
+  EXPECT_EQ(req->cached_tokens(),
+            cfg.count_layers(LayerKind::kLinearAttention) > 0 ? 64 : cfg.has_sequence_state() ? 128 : 144);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SchedulerTest, ::testing::Values("qwen3", "qwen3_5_moe", "gemma4_text_kvshared"));

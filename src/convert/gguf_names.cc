@@ -386,18 +386,19 @@ std::string gguf_arch_name(const ModelConfig& cfg) {
               "see docs/gguf.md)");
 }
 
+void check_gguf_convertible(const ModelConfig& cfg) {
+  const std::string arch = gguf_arch_name(cfg);
+  if (arch == "gemma4") check_gemma4(cfg);
+  else check_qwen(cfg, arch);
+}
+
 GgufLayout gguf_layout(const ModelConfig& cfg,
                        const std::function<bool(const std::string& gguf, const std::string& hf)>& present) {
   GgufLayout out;
   out.arch = gguf_arch_name(cfg);
   Builder b(out);
-  if (out.arch == "gemma4") {
-    check_gemma4(cfg);
-    gemma4_layout(cfg, b, present);
-  } else {
-    check_qwen(cfg, out.arch);
-    qwen_layout(cfg, b, present, out.arch);
-  }
+  if (out.arch == "gemma4") gemma4_layout(cfg, b, present);
+  else qwen_layout(cfg, b, present, out.arch);
   for (const GgufTensorPlan& p : out.tensors) {  // column permutations are permutations of the row
     if (p.col_perm.empty()) continue;
     std::vector<int64_t> sorted = p.col_perm;

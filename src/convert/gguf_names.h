@@ -67,6 +67,13 @@ struct GgufLayout {
 // have no llama.cpp equivalent, by name.
 std::string gguf_arch_name(const ModelConfig& cfg);
 
+// Refuses (unsupported), by name, configs whose GGUF llama.cpp could not describe or load: a
+// layer pattern full_attention_interval cannot express, dense layers in qwen3next / qwen35moe,
+// MoE without a shared expert there, different key and value head sizes in the DeltaNet, Gemma 4
+// layers of one type with different head sizes or RoPE. The converter calls it; the loader reads
+// whatever llama.cpp's metadata describes.
+void check_gguf_convertible(const ModelConfig& cfg);
+
 // Every tensor of the model (llama.cpp finds tensors by name; the order is kestrel's).
 // `present(gguf_name, hf_name)` answers for the tensors a model may or may not have (Gemma 4's
 // layer_scalar; Qwen3-Next's legacy fused ssm_in): the converter asks the checkpoint, the loader

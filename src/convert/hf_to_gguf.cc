@@ -213,6 +213,7 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
   // Some checkpoints keep text weights at the top level even under a multimodal config.
   if (!ck.find(cfg.weight_prefix + "embed_tokens.weight") && ck.find("model.embed_tokens.weight"))
     cfg.weight_prefix = "model.";
+  check_gguf_convertible(cfg);
   const GgufLayout layout =
       gguf_layout(cfg, [&](const std::string&, const std::string& hf) { return !hf.empty() && ck.find(hf) != nullptr; });
 

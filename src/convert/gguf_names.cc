@@ -1,6 +1,7 @@
 #include "convert/gguf_names.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -27,13 +28,12 @@ class Builder {
   explicit Builder(GgufLayout& out) : out_(out) {}
 
   int source(const std::string& name, std::vector<int64_t> shape, std::string loaded_as = "") {
-    for (size_t i = 0; i < out_.sources.size(); ++i) {
-      if (out_.sources[i].name == name) {
-        KCHECK(out_.sources[i].shape == shape);
-        return int(i);
-      }
+    if (auto it = index_.find(name); it != index_.end()) {
+      KCHECK(out_.sources[size_t(it->second)].shape == shape);
+      return it->second;
     }
     out_.sources.push_back({name, std::move(shape), std::move(loaded_as)});
+    index_[name] = int(out_.sources.size()) - 1;
     return int(out_.sources.size()) - 1;
   }
 
@@ -88,6 +88,7 @@ class Builder {
 
  private:
   GgufLayout& out_;
+  std::unordered_map<std::string, int> index_;
 };
 
 std::string blk(int l) { return "blk." + std::to_string(l) + "."; }

@@ -160,14 +160,14 @@ void set_gemma4_metadata(GgufWriter& w, const ModelConfig& cfg) {
 }
 
 void set_metadata(GgufWriter& w, const ModelConfig& cfg, const std::string& arch, const std::string& dir,
-                  GgmlType type) {
+                  uint32_t file_type) {
   const std::string a = arch + ".";
   std::string name = dir;
   while (!name.empty() && name.back() == '/') name.pop_back();
   if (auto slash = name.find_last_of('/'); slash != std::string::npos) name = name.substr(slash + 1);
   w.set("general.architecture", GgufValue::string(arch));
   w.set("general.name", GgufValue::string(name));
-  w.set("general.file_type", GgufValue::u32(llama_file_type(type)));
+  w.set("general.file_type", GgufValue::u32(file_type));
   w.set("general.quantization_version", GgufValue::u32(2));
   w.set(a + "context_length", GgufValue::u32(uint32_t(cfg.max_positions)));
   w.set(a + "embedding_length", GgufValue::u32(uint32_t(cfg.hidden_size)));
@@ -200,12 +200,14 @@ uint32_t llama_file_type(GgmlType type) {
     case GgmlType::kF16: return 1;
     case GgmlType::kQ8_0: return 7;
     case GgmlType::kBF16: return 32;
-    default: unsupported("convert: --quant ", ggml_type_name(type), " is not supported yet (bf16, f16, f32, q8_0)");
+    default:
+      unsupported("convert: --quant ", ggml_type_name(type),
+                  " is not supported (bf16, f16, f32, q8_0, or the recipes q4_k_m, q4_k_s, q5_k_m, q6_k)");
   }
 }
 
 ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
-  llama_file_type(opts.type);  // refuses unsupported types before any work
+  if (!opts.recipe) llama_file_type(opts.type);  // refuses unsupported types before any work
   ModelConfig cfg = load_config(opts.model_dir);
   ConvertReport report;
   report.arch = gguf_arch_name(cfg);  // refuses families llama.cpp has no architecture for
@@ -220,8 +222,9 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
   std::vector<const TensorInfo*> src;
   for (const GgufSource& s : layout.sources) src.push_back(source(ck, s.name, s.shape));
   std::vector<GgmlType> types;
+  const GgmlType plain = opts.recipe ? GgmlType::kBF16 : opts.type;
   for (const GgufTensorPlan& p : layout.tensors) {
-    GgmlType t = opts.type;
+    GgmlType t = plain;
     if (p.keep_f32) {
       t = GgmlType::kF32;
     } else if (p.shape.back() % ggml_block_size(t) != 0) {
@@ -230,6 +233,17 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
     }
     types.push_back(t);
   }
+  if (opts.recipe) {
+    std::vector<RecipeTensor> rt;
+    for (size_t i = 0; i < layout.tensors.size(); ++i) rt.push_back({layout.tensors[i].name, layout.tensors[i].shape, types[i]});
+    types = quant_recipe_types(*opts.recipe, rt, cfg.has_moe() ? cfg.moe.n_experts : 0, cfg.n_layers);
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (ggml_to_dtype(types[i]) || quant::has_kernels(types[i])) continue;
+      unsupported(layout.tensors[i].name, ": ", quant_recipe_name(*opts.recipe), " stores it as ",
+                  ggml_type_name(types[i]), " (llama.cpp's fallback for rows of ", layout.tensors[i].shape.back(),
+                  " values, not whole K-quant blocks), which kestrel cannot write yet");
+    }
+  }
 
   const bool gemma = layout.arch == "gemma4";
   if (gemma && opts.tokenizer && file_exists(path_join(opts.model_dir, "tokenizer.json")))
@@ -237,12 +251,16 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
                 ": converting Gemma's tokenizer (llama.cpp tokenizer model 'gemma4') is not supported yet; "
                 "--no-tokenizer writes the weights without it");
   GgufWriter w(opts.output);
-  set_metadata(w, cfg, layout.arch, opts.model_dir, opts.type);
+  set_metadata(w, cfg, layout.arch, opts.model_dir,
+               opts.recipe ? quant_recipe_file_type(*opts.recipe) : llama_file_type(opts.type));
   if (opts.tokenizer && !gemma) {
     const std::string pre = layout.arch == "qwen35" || layout.arch == "qwen35moe" ? "qwen35" : "qwen2";
     report.has_tokenizer = add_tokenizer_metadata(w, opts.model_dir, cfg.vocab_size, pre);
   }
-  for (size_t i = 0; i < layout.tensors.size(); ++i) w.declare(layout.tensors[i].name, types[i], layout.tensors[i].shape);
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    w.declare(layout.tensors[i].name, types[i], layout.tensors[i].shape);
+    ++report.tensors_by_type[types[i]];
+  }
   w.begin();
   uint64_t total = 0;
   for (const GgufTensorPlan& p : layout.tensors)

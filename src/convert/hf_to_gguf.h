@@ -12,8 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
+#include "convert/quant_recipe.h"
 #include "quant/ggml_type.h"
 
 namespace kestrel {
@@ -22,6 +25,9 @@ struct ConvertOptions {
   std::string model_dir;
   std::string output;
   GgmlType type = GgmlType::kBF16;  // F32, F16, BF16 or Q8_0
+  // A llama.cpp mixed K-quant recipe instead of one type: each tensor gets the type llama-quantize
+  // would give it starting from the bf16 conversion (convert/quant_recipe.h).
+  std::optional<QuantRecipe> recipe;
   bool progress = true;
   bool tokenizer = true;  // write tokenizer.json as tokenizer.ggml.* when present
 };
@@ -31,8 +37,9 @@ struct ConvertReport {
   uint64_t n_tensors = 0;
   uint64_t bytes_in = 0;    // checkpoint bytes read
   uint64_t bytes_out = 0;   // tensor bytes written
-  uint64_t n_fallback = 0;  // matrices stored as BF16 because their rows are not whole blocks
+  uint64_t n_fallback = 0;  // matrices stored as BF16 because their rows are not whole blocks (plain types)
   bool has_tokenizer = false;  // tokenizer.json found and written as tokenizer.ggml.*
+  std::map<GgmlType, uint64_t> tensors_by_type;
 };
 
 // Throws Error naming the directory, tensor or family when the checkpoint cannot be converted.

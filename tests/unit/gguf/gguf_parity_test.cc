@@ -82,8 +82,12 @@ TEST(GgufParity, HybridBf16EqualsTheCheckpoint) {
       SCOPED_TRACE("prompt of length " + std::to_string(g.len));
       EXPECT_EQ(g.rel_err, h.rel_err);
       EXPECT_EQ(g.step_rel_err, h.step_rel_err);
-      if (h.rel_err <= 1e-4) EXPECT_LE(g.rel_err, 1e-4);
-      if (h.step_rel_err <= 1e-4) EXPECT_LE(g.step_rel_err, 1e-4);
+      if (h.rel_err <= 1e-4) {
+        EXPECT_LE(g.rel_err, 1e-4);
+      }
+      if (h.step_rel_err <= 1e-4) {
+        EXPECT_LE(g.step_rel_err, 1e-4);
+      }
       EXPECT_TRUE(g.greedy_match);
     }
   }

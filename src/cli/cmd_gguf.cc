@@ -46,6 +46,8 @@ uint32_t file_type_code(GgmlType t) {
     case GgmlType::kF32: return 0;
     case GgmlType::kF16: return 1;
     case GgmlType::kQ8_0: return 7;
+    case GgmlType::kQ5_0: return 8;
+    case GgmlType::kQ5_1: return 9;
     case GgmlType::kQ4_K: return 14;
     case GgmlType::kQ5_K: return 16;
     case GgmlType::kQ6_K: return 18;
@@ -65,9 +67,8 @@ int run_quantize(const Args& args) {
     recipe = quant_recipe_from_name(recipe_name);
     if (!recipe) unsupported("--recipe ", recipe_name, ": kestrel's recipes are q4_k_m, q4_k_s, q5_k_m and q6_k");
   } else if (!ggml_type_from_name(type_name, &target) || !quant::has_kernels(target)) {
-    unsupported("--type ", type_name, ": kestrel quantizes to f32, f16, bf16, q8_0, q4_k, q5_k, q6_k or mxfp4");
+    unsupported("--type ", type_name, ": kestrel quantizes to f32, f16, bf16, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k or mxfp4");
   }
-  const std::string what = recipe ? recipe_name : type_name;
   if (in_path == out_path) bad_input("--output must differ from --input (the input is read while writing)");
   const GgufFile in = GgufFile::open(in_path);
   GgufWriter out(out_path, in.alignment());
@@ -96,9 +97,7 @@ int run_quantize(const Args& args) {
   for (size_t i = 0; i < in.tensors().size(); ++i) {
     const GgufTensor& t = in.tensors()[i];
     GgmlType type = wanted[i];
-    if (type != t.type && !ggml_to_dtype(type) && !quant::has_kernels(type))
-      unsupported(t.name, ": ", what, " stores it as ", ggml_type_name(type),
-                  " (llama.cpp's fallback for its rows of ", t.row_length(), "), which kestrel cannot write yet");
+    KCHECK_MSG(type == t.type || quant::has_kernels(type), t.name, ": ", ggml_type_name(type));
     const bool source_ok = is_float(t.type) || (quant::has_kernels(t.type) && (is_float(type) || requantize));
     if (!source_ok) type = t.type;
     types.push_back(type);
@@ -145,7 +144,7 @@ const Registrar kInfo{{
 const Registrar kQuantize{{
     .name = "quantize",
     .summary = "re-store the float matrices of a GGUF file in a block format",
-    .usage = "kestrel quantize -i IN.gguf -o OUT.gguf --type q8_0|q4_k|q5_k|q6_k|mxfp4|bf16|f16|f32\n"
+    .usage = "kestrel quantize -i IN.gguf -o OUT.gguf --type q8_0|q5_0|q5_1|q4_k|q5_k|q6_k|mxfp4|bf16|f16|f32\n"
              "       kestrel quantize -i IN.gguf -o OUT.gguf --recipe q4_k_m|q4_k_s|q5_k_m|q6_k",
     .details = "Every F32/F16/BF16 tensor llama-quantize would quantize (2+ dimensions; not norms, MoE routers,\n"
                "conv1d kernels, Gemma's per_layer_model_proj) whose rows are whole blocks is quantized with\n"

@@ -237,12 +237,8 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
     std::vector<RecipeTensor> rt;
     for (size_t i = 0; i < layout.tensors.size(); ++i) rt.push_back({layout.tensors[i].name, layout.tensors[i].shape, types[i]});
     types = quant_recipe_types(*opts.recipe, rt, cfg.has_moe() ? cfg.moe.n_experts : 0, cfg.n_layers);
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (ggml_to_dtype(types[i]) || quant::has_kernels(types[i])) continue;
-      unsupported(layout.tensors[i].name, ": ", quant_recipe_name(*opts.recipe), " stores it as ",
-                  ggml_type_name(types[i]), " (llama.cpp's fallback for rows of ", layout.tensors[i].shape.back(),
-                  " values, not whole K-quant blocks), which kestrel cannot write yet");
-    }
+    for (size_t i = 0; i < types.size(); ++i)  // every type a recipe chooses (fallbacks included) has kernels
+      KCHECK_MSG(quant::has_kernels(types[i]), layout.tensors[i].name, ": ", ggml_type_name(types[i]));
   }
 
   const bool gemma = layout.arch == "gemma4";

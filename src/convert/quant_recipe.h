@@ -15,7 +15,7 @@
 //   layers, Q4_K_S uses Q5_K on the first eighth of the layers;
 // - with exactly 8 experts, attn_output is Q5_K under Q4_K_M / Q4_K_S;
 // - a type whose blocks do not divide the rows falls back: Q4_K -> Q5_0, Q5_K -> Q5_1,
-//   Q6_K -> Q8_0, then F16 if that still does not divide.
+//   Q6_K -> Q8_0, then F16 if that still does not divide (kestrel writes all of them).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 // code under test.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -147,34 +148,49 @@ TEST(GgufRecipe, EightExperts) {
   EXPECT_EQ(got, want);
 }
 
-// End to end on the qwen3_5 fixture (hidden 128): Q6_K where rows are whole 256-blocks (ffn_down),
-// its Q8_0 fallback elsewhere; the file loads and stays close to transformers. Q4_K_M would need
-// Q5_0 (its fallback for 128-value rows), which kestrel cannot write: refused by name.
-TEST(GgufRecipe, ConvertQ6KOnFixture) {
-  const std::string out = work_path("recipe-qwen3_5-q6_k.gguf");
-  const ConvertReport r = convert_hf_to_gguf(
-      {.model_dir = data_path("fixtures/qwen3_5"), .output = out, .recipe = QuantRecipe::kQ6_K, .progress = false});
-  const GgufFile f = GgufFile::open(out);
-  EXPECT_EQ(f.get_int("general.file_type"), 18);
-  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::kQ6_K);
-  EXPECT_EQ(f.find_tensor("blk.0.attn_qkv.weight")->type, GgmlType::kQ8_0);
-  EXPECT_EQ(f.find_tensor("output.weight")->type, GgmlType::kQ8_0);
-  EXPECT_EQ(f.find_tensor("blk.0.ssm_conv1d.weight")->type, GgmlType::kF32);
-  EXPECT_EQ(f.find_tensor("blk.3.attn_output.weight")->type, GgmlType::kQ6_K);  // [128, 256]
-  EXPECT_EQ(r.tensors_by_type.at(GgmlType::kQ6_K), 5u);                          // 4 ffn_down + that one
-  CpuOps ops;
-  LoadedModel lm = load_model(out, ops);
-  const ParityReport p = run_parity(*lm.model, data_path("fixtures/qwen3_5/reference.safetensors"), {});
-  ASSERT_EQ(p.prompts.size(), 5u);
-  EXPECT_LE(p.prompts[0].rel_err, 0.4);  // the Q8_0 bound of the hybrid fixtures (gguf_parity_test.cc)
-
-  try {
-    convert_hf_to_gguf({.model_dir = data_path("fixtures/qwen3_5"), .output = out, .recipe = QuantRecipe::kQ4_K_M,
-                        .progress = false});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("Q4_K_M stores it as Q5_0"), std::string::npos) << e.what();
+// End to end on the qwen3_5 fixture (hidden 128, 4 layers: use_more_bits(l, 4) holds for layers
+// 2 and 3): whole 256-blocks only in ffn_down and attn_output rows, so the rest takes llama.cpp's
+// fallbacks (Q6_K -> Q8_0, Q4_K -> Q5_0). The files load and stay near transformers.
+TEST(GgufRecipe, ConvertOnFixture) {
+  const std::string ref = data_path("fixtures/qwen3_5/reference.safetensors");
+  {
+    const std::string out = work_path("recipe-qwen3_5-q6_k.gguf");
+    const ConvertReport r = convert_hf_to_gguf(
+        {.model_dir = data_path("fixtures/qwen3_5"), .output = out, .recipe = QuantRecipe::kQ6_K, .progress = false});
+    const GgufFile f = GgufFile::open(out);
+    EXPECT_EQ(f.get_int("general.file_type"), 18);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::kQ6_K);
+    EXPECT_EQ(f.find_tensor("blk.0.attn_qkv.weight")->type, GgmlType::kQ8_0);
+    EXPECT_EQ(f.find_tensor("output.weight")->type, GgmlType::kQ8_0);
+    EXPECT_EQ(f.find_tensor("blk.0.ssm_conv1d.weight")->type, GgmlType::kF32);
+    EXPECT_EQ(f.find_tensor("blk.3.attn_output.weight")->type, GgmlType::kQ6_K);  // [128, 256]
+    EXPECT_EQ(r.tensors_by_type.at(GgmlType::kQ6_K), 5u);                          // 4 ffn_down + that one
+    CpuOps ops;
+    LoadedModel lm = load_model(out, ops);
+    const ParityReport p = run_parity(*lm.model, ref, {});
+    ASSERT_EQ(p.prompts.size(), 5u);
+    EXPECT_LE(p.prompts[0].rel_err, 0.4);  // measured 0.092 at one token (docs/gguf.md)
+  }
+  {
+    const std::string out = work_path("recipe-qwen3_5-q4_k_m.gguf");
+    convert_hf_to_gguf(
+        {.model_dir = data_path("fixtures/qwen3_5"), .output = out, .recipe = QuantRecipe::kQ4_K_M, .progress = false});
+    const GgufFile f = GgufFile::open(out);
+    EXPECT_EQ(f.get_int("general.file_type"), 15);
+    EXPECT_EQ(f.find_tensor("token_embd.weight")->type, GgmlType::kQ5_0);   // untied: Q4_K, rows of 128
+    EXPECT_EQ(f.find_tensor("output.weight")->type, GgmlType::kQ8_0);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::kQ4_K);
+    EXPECT_EQ(f.find_tensor("blk.2.ffn_down.weight")->type, GgmlType::kQ6_K);
+    EXPECT_EQ(f.find_tensor("blk.1.attn_qkv.weight")->type, GgmlType::kQ5_0);
+    EXPECT_EQ(f.find_tensor("blk.2.attn_qkv.weight")->type, GgmlType::kQ8_0);  // Q6_K's fallback
+    EXPECT_EQ(f.find_tensor("blk.3.attn_v.weight")->type, GgmlType::kQ8_0);
+    EXPECT_EQ(f.find_tensor("blk.3.attn_output.weight")->type, GgmlType::kQ4_K);
+    CpuOps ops;
+    LoadedModel lm = load_model(out, ops);
+    const ParityReport p = run_parity(*lm.model, ref, {});
+    ASSERT_EQ(p.prompts.size(), 5u);
+    EXPECT_LE(p.prompts[0].rel_err, 0.8);
+    for (const auto& pp : p.prompts) EXPECT_TRUE(std::isfinite(pp.rel_err));
   }
 }
 

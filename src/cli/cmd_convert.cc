@@ -54,7 +54,7 @@ const Registrar kReg{{
                "is not converted yet (refused unless --no-tokenizer). q4_k_m, q4_k_s, q5_k_m and q6_k are\n"
                "llama.cpp's mixed recipes: each tensor gets the type llama-quantize (no importance matrix)\n"
                "would give it, e.g. Q6_K for the output head and on some layers' attn_v / ffn_down (docs/gguf.md);\n"
-               "where that falls back to Q5_0 / Q5_1 (rows not whole 256-blocks) the conversion is refused.\n"
+               "rows that are not whole 256-blocks take llama.cpp's fallbacks (Q5_0, Q5_1, Q8_0, F16).\n"
                "Streams one row at a time; written to a temporary name and renamed.",
     .options = {{"model", "m", "DIR", "Hugging Face model directory (config.json + safetensors)"},
                 {"output", "o", "FILE", "output GGUF file"},

@@ -39,7 +39,7 @@ GgmlType ggml_of(DType d) {
   return *t;
 }
 
-void set_u32s(GgufWriter& w, const std::string& key, const std::vector<int64_t>& v) {
+void set_i32_array(GgufWriter& w, const std::string& key, const std::vector<int64_t>& v) {
   std::vector<int32_t> a(v.begin(), v.end());
   w.set(key, GgufValue::i32s(a));
 }
@@ -50,7 +50,7 @@ void set_per_layer(GgufWriter& w, const std::string& key, const std::vector<int6
   bool same = true;
   for (int64_t x : v) same = same && x == v[0];
   if (same) w.set(key, GgufValue::u32(uint32_t(v[0])));
-  else set_u32s(w, key, v);
+  else set_i32_array(w, key, v);
 }
 
 // rope_parameters.mrope_section (or rope_scaling's) from the text part of config.json, padded to
@@ -111,7 +111,7 @@ void set_qwen_metadata(GgufWriter& w, const ModelConfig& cfg, const std::string&
       if (cfg.layer_kinds[size_t(l)] == LayerKind::kFullAttention) first_full = l;
     w.set(a + "full_attention_interval", GgufValue::u32(uint32_t(first_full + 1)));
     w.set(a + "rope.dimension_count", GgufValue::u32(uint32_t(cfg.attn.rope.rotary_dim)));
-    if (arch != "qwen3next") set_u32s(w, a + "rope.dimension_sections", qwen35_rope_sections(dir));
+    if (arch != "qwen3next") set_i32_array(w, a + "rope.dimension_sections", qwen35_rope_sections(dir));
   }
 }
 

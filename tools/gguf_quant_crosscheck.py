@@ -7,7 +7,8 @@ and MXFP4 reference quantizers. Runs on any machine with those; kestrel's own te
 
 What it checks, for Gaussian, Student-t and outlier-laden matrices:
   1. gguf-py's GGUFReader parses the files kestrel writes (metadata, shapes, types, offsets).
-  2. Q8_0, F16 and BF16 bytes equal gguf-py's numpy quantizers (gguf.quants.quantize).
+  2. Q8_0, Q5_0, Q5_1, F16 and BF16 bytes equal gguf-py's numpy quantizers (gguf.quants.quantize,
+     where it implements the type).
   3. For every type, gguf-py's independent dequantizer (gguf.quants.dequantize) gives exactly the
      values kestrel's dequantizer gives (`kestrel quantize --type f32` of the quantized file).
   4. With libggml: every block type's bytes equal ggml_quantize_chunk(type, ..., imatrix=NULL),
@@ -33,7 +34,7 @@ except ImportError:
     sys.exit("needs llama.cpp's gguf python package (pip install gguf)")
 
 TYPES = {  # kestrel --type name -> ggml type
-    "q8_0": QT.Q8_0, "q4_k": QT.Q4_K, "q5_k": QT.Q5_K, "q6_k": QT.Q6_K,
+    "q8_0": QT.Q8_0, "q5_0": QT.Q5_0, "q5_1": QT.Q5_1, "q4_k": QT.Q4_K, "q5_k": QT.Q5_K, "q6_k": QT.Q6_K,
     "f16": QT.F16, "bf16": QT.BF16,
 }
 if hasattr(QT, "MXFP4"):

@@ -196,6 +196,48 @@ def q8_0(x):
     return bytes(out)
 
 
+def q5_pack(q):
+    qs = bytes((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4) for j in range(16))
+    qh = 0
+    for j in range(32):
+        qh |= ((q[j] >> 4) & 1) << j
+    return struct.pack("<I", qh) + qs
+
+
+def q5_0(x):
+    out = bytearray()
+    for b in range(0, len(x), 32):
+        xs = x[b:b + 32]
+        amax, mx = 0.0, 0.0
+        for v in xs:
+            if amax < abs(v):
+                amax, mx = abs(v), v
+        d = f(mx / -16.0)
+        idv = f(1.0 / d) if d else 0.0
+        out += struct.pack("<H", to_f16_bits(d))
+        q = [min(31, int(f(f(v * idv) + 16.5))) for v in xs]  # int(): truncation, as (int8_t)
+        out += q5_pack(q)
+    return bytes(out)
+
+
+def q5_1(x):
+    out = bytearray()
+    for b in range(0, len(x), 32):
+        xs = x[b:b + 32]
+        lo, hi = 3.4028234663852886e38, -3.4028234663852886e38
+        for v in xs:
+            if v < lo:
+                lo = v
+            if v > hi:
+                hi = v
+        d = f(f(hi - lo) / 31.0)
+        idv = f(1.0 / d) if d else 0.0
+        out += struct.pack("<HH", to_f16_bits(d), to_f16_bits(lo))
+        q = [int(f(f(f(v - lo) * idv) + 0.5)) for v in xs]  # int(): truncation, as (uint8_t)
+        out += q5_pack(q)
+    return bytes(out)
+
+
 def q45_k(x, nmax, rmin, rdelta, nstep):
     out = bytearray()
     for b in range(0, len(x), 256):
@@ -332,6 +374,8 @@ FORMATS = [
     ("Q5_K", lambda x: q45_k(x, 31, -0.5, f(0.1), 15)),
     ("Q6_K", q6_k),
     ("MXFP4", mxfp4),
+    ("Q5_0", q5_0),
+    ("Q5_1", q5_1),
 ]
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 // in a block format with kestrel's reference quantizers (llama-quantize --pure without an
 // importance matrix), streaming one row at a time.
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "cli/command.h"
+#include "convert/quant_recipe.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/gguf.h"
@@ -37,15 +39,6 @@ int run_info(const Args& args) {
 
 bool is_float(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Tensors llama.cpp keeps in F32 whatever the file type: norms and the MoE routers.
-bool stays_f32(const std::string& name) {
-  return ends_with(name, "_norm.weight") || name.find("ffn_gate_inp") != std::string::npos;
-}
-
 // llama.cpp's general.file_type for a file whose matrices are all `t` (the K-quants map to the
 // closest llama.cpp recipe, whose name the file then carries: Q4_K -> Q4_K_S, Q5_K -> Q5_K_S).
 uint32_t file_type_code(GgmlType t) {
@@ -53,6 +46,8 @@ uint32_t file_type_code(GgmlType t) {
     case GgmlType::kF32: return 0;
     case GgmlType::kF16: return 1;
     case GgmlType::kQ8_0: return 7;
+    case GgmlType::kQ5_0: return 8;
+    case GgmlType::kQ5_1: return 9;
     case GgmlType::kQ4_K: return 14;
     case GgmlType::kQ5_K: return 16;
     case GgmlType::kQ6_K: return 18;
@@ -64,28 +59,49 @@ uint32_t file_type_code(GgmlType t) {
 
 int run_quantize(const Args& args) {
   const std::string in_path = args.require("input"), out_path = args.require("output");
-  GgmlType target;
-  const std::string type_name = args.require("type");
-  if (!ggml_type_from_name(type_name, &target) || !quant::has_kernels(target))
-    unsupported("--type ", type_name, ": kestrel quantizes to f32, f16, bf16, q8_0, q4_k, q5_k, q6_k or mxfp4");
+  GgmlType target = GgmlType::kQ4_K;
+  const std::string type_name = args.get("type", ""), recipe_name = args.get("recipe", "");
+  if (type_name.empty() == recipe_name.empty()) bad_input("quantize takes one of --type and --recipe");
+  std::optional<QuantRecipe> recipe;
+  if (!recipe_name.empty()) {
+    recipe = quant_recipe_from_name(recipe_name);
+    if (!recipe) unsupported("--recipe ", recipe_name, ": kestrel's recipes are q4_k_m, q4_k_s, q5_k_m and q6_k");
+  } else if (!ggml_type_from_name(type_name, &target) || !quant::has_kernels(target)) {
+    unsupported("--type ", type_name, ": kestrel quantizes to f32, f16, bf16, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k or mxfp4");
+  }
   if (in_path == out_path) bad_input("--output must differ from --input (the input is read while writing)");
   const GgufFile in = GgufFile::open(in_path);
   GgufWriter out(out_path, in.alignment());
   for (const auto& [key, value] : in.metadata())
     if (key != "general.alignment") out.set(key, value);
-  if (in.find("general.file_type")) out.set("general.file_type", GgufValue::u32(file_type_code(target)));
-  // Matrices (2+ dims) whose rows split into whole blocks are re-stored; everything else (norms,
-  // routers, biases, integer tensors, odd rows) is copied as it is. Block-format inputs are dequantized
-  // to a float target, and re-quantized to another block format only on request.
+  if (in.find("general.file_type"))
+    out.set("general.file_type", GgufValue::u32(recipe ? quant_recipe_file_type(*recipe) : file_type_code(target)));
+  // What llama-quantize quantizes (matrices, not norms, routers, conv kernels, ...) and whose rows
+  // split into whole blocks is re-stored, in one type or by the recipe; everything else is copied as
+  // it is. Block-format inputs are dequantized to a float target, and re-quantized to another block
+  // format only on request.
   const bool requantize = args.flag("allow-requantize");
+  std::vector<GgmlType> wanted;
+  if (recipe) {
+    std::vector<RecipeTensor> rt;
+    for (const GgufTensor& t : in.tensors()) rt.push_back({t.name, t.shape, t.type});
+    const std::string arch = in.find("general.architecture") ? in.get_string("general.architecture") : "";
+    const int64_t experts = in.find(arch + ".expert_count") ? in.get_int(arch + ".expert_count") : 0;
+    wanted = quant_recipe_types(*recipe, rt, int(experts), int(in.get_int(arch + ".block_count")));
+  } else {
+    for (const GgufTensor& t : in.tensors())
+      wanted.push_back(llama_quantizes(t.name, t.shape) && t.row_length() % ggml_block_size(target) == 0 ? target : t.type);
+  }
   std::vector<GgmlType> types;
   uint64_t total = 0;
-  for (const GgufTensor& t : in.tensors()) {
-    const bool source_ok = is_float(t.type) || (quant::has_kernels(t.type) && (is_float(target) || requantize));
-    const bool convert = t.shape.size() >= 2 && source_ok && !stays_f32(t.name) &&
-                         t.row_length() % ggml_block_size(target) == 0;
-    types.push_back(convert ? target : t.type);
-    out.declare(t.name, types.back(), t.shape);
+  for (size_t i = 0; i < in.tensors().size(); ++i) {
+    const GgufTensor& t = in.tensors()[i];
+    GgmlType type = wanted[i];
+    KCHECK_MSG(type == t.type || quant::has_kernels(type), t.name, ": ", ggml_type_name(type));
+    const bool source_ok = is_float(t.type) || (quant::has_kernels(t.type) && (is_float(type) || requantize));
+    if (!source_ok) type = t.type;
+    types.push_back(type);
+    out.declare(t.name, type, t.shape);
     total += t.nbytes;
   }
   out.begin();
@@ -128,17 +144,21 @@ const Registrar kInfo{{
 const Registrar kQuantize{{
     .name = "quantize",
     .summary = "re-store the float matrices of a GGUF file in a block format",
-    .usage = "kestrel quantize -i IN.gguf -o OUT.gguf --type q8_0|q4_k|q5_k|q6_k|mxfp4|bf16|f16|f32",
-    .details = "Every F32/F16/BF16 tensor of 2+ dimensions whose rows are whole blocks is quantized with\n"
+    .usage = "kestrel quantize -i IN.gguf -o OUT.gguf --type q8_0|q5_0|q5_1|q4_k|q5_k|q6_k|mxfp4|bf16|f16|f32\n"
+             "       kestrel quantize -i IN.gguf -o OUT.gguf --recipe q4_k_m|q4_k_s|q5_k_m|q6_k",
+    .details = "Every F32/F16/BF16 tensor llama-quantize would quantize (2+ dimensions; not norms, MoE routers,\n"
+               "conv1d kernels, Gemma's per_layer_model_proj) whose rows are whole blocks is quantized with\n"
                "kestrel's reference quantizers (the same bytes as llama.cpp's reference quantizers, like\n"
-               "llama-quantize --pure without an importance matrix); other tensors (and, as llama.cpp keeps\n"
-               "them, norms and MoE routers) are copied unchanged. general.file_type follows the type.\n"
+               "llama-quantize --pure without an importance matrix); other tensors are copied unchanged.\n"
+               "--recipe instead gives each tensor the type llama-quantize (no importance matrix) gives it for\n"
+               "that llama.cpp file type (docs/gguf.md). general.file_type follows the type or recipe.\n"
                "Tensors in a block format are dequantized when TYPE is f32/f16/bf16 (and re-quantized to\n"
                "another block format only with --allow-requantize). Streams one row at a time; the output\n"
                "is written to a temporary name and renamed.",
     .options = {{"input", "i", "IN", "input GGUF file"},
                 {"output", "o", "OUT", "output GGUF file"},
-                {"type", "", "TYPE", "target type"},
+                {"type", "", "TYPE", "one target type for every quantized tensor"},
+                {"recipe", "", "NAME", "llama.cpp's mixed file type: q4_k_m, q4_k_s, q5_k_m or q6_k"},
                 {"allow-requantize", "", "", "also re-quantize tensors already in a block format", ""}},
     .run = run_quantize,
 }};

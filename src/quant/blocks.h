@@ -7,6 +7,7 @@
 namespace kestrel::quant {
 
 constexpr int kQK8_0 = 32;    // elements per Q8_0 block
+constexpr int kQK5 = 32;      // elements per Q5_0 / Q5_1 block
 constexpr int kQK_K = 256;    // elements per K-quant super-block
 constexpr int kQKMxfp4 = 32;  // elements per MXFP4 block
 constexpr int kKScaleSize = 12;
@@ -15,6 +16,23 @@ constexpr int kKScaleSize = 12;
 struct BlockQ8_0 {
   uint16_t d;          // f16 scale
   int8_t qs[kQK8_0];   // [32]
+};
+
+// Q5_0: x[i] = d * (q_i - 16), q in 0..31: low 4 bits of element i < 16 in the low nibble of
+// qs[i], of element i >= 16 in the high nibble of qs[i-16]; the fifth bit of element i is bit i
+// of qh (little-endian u32).
+struct BlockQ5_0 {
+  uint16_t d;              // f16 scale
+  uint8_t qh[4];
+  uint8_t qs[kQK5 / 2];    // [16]
+};
+
+// Q5_1: x[i] = d * q_i + m, q in 0..31, laid out as Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;              // f16 scale
+  uint16_t m;              // f16 minimum
+  uint8_t qh[4];
+  uint8_t qs[kQK5 / 2];
 };
 
 // Q4_K: 8 sub-blocks of 32; x = d * sc[j] * q - dmin * m[j], q in 0..15, sc/m 6-bit.
@@ -51,6 +69,8 @@ struct BlockMxfp4 {
 };
 
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);

@@ -14,6 +14,8 @@ bool has_kernels(GgmlType type) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
     case GgmlType::kQ8_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
@@ -32,6 +34,8 @@ void quantize_row(GgmlType type, const float* x, int64_t n, void* out) {
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = f32_to_bf16(x[i]);
       return;
     case GgmlType::kQ8_0: return quantize_row_q8_0(x, n, out);
+    case GgmlType::kQ5_0: return quantize_row_q5_0(x, n, out);
+    case GgmlType::kQ5_1: return quantize_row_q5_1(x, n, out);
     case GgmlType::kQ4_K: return quantize_row_q4_k(x, n, out);
     case GgmlType::kQ5_K: return quantize_row_q5_k(x, n, out);
     case GgmlType::kQ6_K: return quantize_row_q6_k(x, n, out);
@@ -50,6 +54,8 @@ void dequantize_row(GgmlType type, const void* in, int64_t n, float* y) {
       for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(static_cast<const uint16_t*>(in)[i]);
       return;
     case GgmlType::kQ8_0: return dequantize_row_q8_0(in, n, y);
+    case GgmlType::kQ5_0: return dequantize_row_q5_0(in, n, y);
+    case GgmlType::kQ5_1: return dequantize_row_q5_1(in, n, y);
     case GgmlType::kQ4_K: return dequantize_row_q4_k(in, n, y);
     case GgmlType::kQ5_K: return dequantize_row_q5_k(in, n, y);
     case GgmlType::kQ6_K: return dequantize_row_q6_k(in, n, y);
@@ -84,6 +90,8 @@ float dot_row(GgmlType type, const void* w, const float* x, int64_t n) {
       return dot_plain(x, n, [p](int64_t i) { return bf16_to_f32(p[i]); });
     }
     case GgmlType::kQ8_0: return dot_row_q8_0(w, x, n);
+    case GgmlType::kQ5_0: return dot_row_q5_0(w, x, n);
+    case GgmlType::kQ5_1: return dot_row_q5_1(w, x, n);
     case GgmlType::kQ4_K: return dot_row_q4_k(w, x, n);
     case GgmlType::kQ5_K: return dot_row_q5_k(w, x, n);
     case GgmlType::kQ6_K: return dot_row_q6_k(w, x, n);

@@ -1,7 +1,7 @@
 // Block-format quantization on the CPU: reference quantize (f32 -> blocks), dequantize
 // (blocks -> f32) and the dot product of one stored row with an f32 vector.
 //
-// Formats: Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, plus F32/F16/BF16 pass-through. Quantization
+// Formats: Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4, plus F32/F16/BF16 pass-through. Quantization
 // follows llama.cpp's reference quantizers (quantize_row_*_ref: no importance matrix) step for
 // step in single precision, without fused multiply-adds (the project builds with
 // -ffp-contract=off), so the bytes are identical to theirs for the same input when llama.cpp is
@@ -30,6 +30,14 @@ float dot_row(GgmlType type, const void* w, const float* x, int64_t n);   // x: 
 void quantize_row_q8_0(const float* x, int64_t n, void* out);
 void dequantize_row_q8_0(const void* in, int64_t n, float* y);
 float dot_row_q8_0(const void* w, const float* x, int64_t n);
+
+void quantize_row_q5_0(const float* x, int64_t n, void* out);
+void dequantize_row_q5_0(const void* in, int64_t n, float* y);
+float dot_row_q5_0(const void* w, const float* x, int64_t n);
+
+void quantize_row_q5_1(const float* x, int64_t n, void* out);
+void dequantize_row_q5_1(const void* in, int64_t n, float* y);
+float dot_row_q5_1(const void* w, const float* x, int64_t n);
 
 void quantize_row_q4_k(const float* x, int64_t n, void* out);
 void dequantize_row_q4_k(const void* in, int64_t n, float* y);

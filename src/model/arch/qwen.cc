@@ -117,7 +117,10 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
   }
   w.conv = wl.f32(p + "conv1d.weight", {C, 1, g.conv_kernel}, {}, true);
   w.conv = w.conv.reshaped(C, g.conv_kernel);
-  w.a_neg = wl.f32(p + "A_log", {nv}, [](float x) { return -std::exp(x); });
+  // A = -exp(A_log): checkpoints store A_log; a GGUF stores A itself (llama.cpp's ssm_a), which
+  // the GGUF loader exposes as "A".
+  if (wl.has(p + "A")) w.a_neg = wl.f32(p + "A", {nv});
+  else w.a_neg = wl.f32(p + "A_log", {nv}, [](float x) { return -std::exp(x); });
   w.dt_bias = wl.f32(p + "dt_bias", {nv});
   w.norm = wl.f32(p + "norm.weight", {dv});  // gated RMSNorm: plain weight, never zero-centred
   w.out = wl.matrix(p + "out_proj.weight", H, nv * dv);

@@ -46,6 +46,11 @@ struct Bound {
 
 // Analytic where the format allows it:
 //  Q8_0: |err| <= d/2 + 127 * |d - f16(d)| <= (0.5 + 127 * 2^-11) / 127 * max|x| = 0.00443 max|x|.
+//  Q5_0: d = max / -16 with max the signed extreme; values of the other sign round to the grid
+//  but clip at 15 |d| where they reach 16 |d|, so |err| <= |d| + 16 |d - f16(d)|
+//  <= (1 + 16 * 2^-11) / 16 max|x| = 0.0630 max|x|.
+//  Q5_1: d = (max - min) / 31 <= 2 max|x| / 31, q rounds half up: |err| <= d/2 + |m - f16(m)| +
+//  31 |d - f16(d)| <= (1/31 + 2^-11 + 2 * 2^-11) max|x| = 0.0337 max|x|.
 //  MXFP4: with max|x| in [2^E, 2^(E+1)) the grid is {0, .125, .25, .375, .5, .75, 1, 1.5} * 2^E:
 //  the widest gap (1 to 1.5) and the clipping above 1.5 * 2^E both stay under 0.25 * max|x|.
 //  K-quants: the sub-block scale/min search and the 6-bit scale rounding give no clean closed
@@ -54,6 +59,8 @@ struct Bound {
 // RMS bounds (Gaussian) are the measured values with ~1.5x headroom.
 const Bound kBounds[] = {
     {GgmlType::kQ8_0, 0.00443, 32, 0.008},
+    {GgmlType::kQ5_1, 0.0337, 32, 0.057},
+    {GgmlType::kQ5_0, 0.0630, 32, 0.064},
     {GgmlType::kQ6_K, 0.025, 256, 0.027},
     {GgmlType::kQ5_K, 0.075, 256, 0.055},
     {GgmlType::kQ4_K, 0.125, 256, 0.11},
@@ -129,8 +136,8 @@ TEST(QuantError, Q8_0RequantizeIsStable) {
 // The dot kernel equals dequantize-then-dot (in double) to float rounding, for every format,
 // on rows of several lengths.
 TEST(QuantKernel, DotMatchesDequantizeThenDot) {
-  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                            GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ5_0,
+                            GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
   for (GgmlType t : types) {
     for (int64_t n : {256, 512, 2048, 4096}) {
       for (Dist dist : {Dist::kGaussian, Dist::kOutliers}) {

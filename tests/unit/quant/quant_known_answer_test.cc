@@ -35,6 +35,12 @@ TEST(QuantLayout, BlockSizesMatchGgml) {
   EXPECT_EQ(offsetof(BlockQ6_K, scales), 192u);
   EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
   EXPECT_EQ(offsetof(BlockMxfp4, qs), 1u);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::kQ5_0, 32), 22u);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::kQ5_1, 32), 24u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qh), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
 }
 
 TEST(QuantLayout, TypeIdsAndNames) {
@@ -108,6 +114,57 @@ TEST(QuantKnownAnswer, Q8_0) {
 // max|x| = 6: floor(log2 6) = 2, e = 2 - 2 + 127 = 127, scale 2^(127-128) = 0.5 on the doubled
 // table {0,1,2,3,4,6,8,12} -> representable {0,.5,1,1.5,2,3,4,6}; ties keep the first index
 // (0.25 -> 0, 0.75 -> 0.5, 5 -> 4 at index 6, -5 -> -4 at index 14), and -0.1 -> +0 (index 0 before index 8).
+// Q5_0 on x_j = (j - 16) / 2: the largest magnitude is x_0 = -8, so d = -8 / -16 = 0.5 (f16
+// 0x3800), 1/d = 2 and q_j = trunc(2 x_j + 16.5) = j. Element j's low nibble is in qs[j % 16]
+// (low half for j < 16), its fifth bit is bit j of qh: set for j >= 16. Exact on the way back.
+TEST(QuantKnownAnswer, Q5_0) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[size_t(j)] = float(j - 16) * 0.5f;
+  std::vector<uint8_t> q(22);
+  quantize_row(GgmlType::kQ5_0, x.data(), 32, q.data());
+  const auto* b = reinterpret_cast<const BlockQ5_0*>(q.data());
+  EXPECT_EQ(b->d, 0x3800);
+  uint32_t qh;
+  std::memcpy(&qh, b->qh, 4);
+  EXPECT_EQ(qh, 0xFFFF0000u);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b->qs[j], uint8_t(j | (j << 4))) << j;
+  std::vector<float> back(32);
+  dequantize_row(GgmlType::kQ5_0, q.data(), 32, back.data());
+  EXPECT_EQ(back, x);
+  // A positive maximum makes d negative: x = 8 -> q = 0 (-16 d = 8), x = -8 clips to q = 31 (15 d = -7.5).
+  std::vector<float> y(32, 0.0f);
+  y[3] = 8.0f;
+  y[4] = -8.0f;
+  quantize_row(GgmlType::kQ5_0, y.data(), 32, q.data());
+  dequantize_row(GgmlType::kQ5_0, q.data(), 32, back.data());
+  EXPECT_EQ(b->d, 0xB800);  // -0.5
+  EXPECT_EQ(back[3], 8.0f);
+  EXPECT_EQ(back[4], -7.5f);
+  EXPECT_EQ(back[0], 0.0f);  // q = trunc(0 + 16.5) = 16
+}
+
+// Q5_1 on x_j = 1 + j / 4: min 1, max 8.75, d = 7.75 / 31 = 0.25 (f16 0x3400), m = 1 (0x3C00),
+// q_j = trunc((x_j - 1) * 4 + 0.5) = j; exact on the way back.
+TEST(QuantKnownAnswer, Q5_1) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[size_t(j)] = 1.0f + float(j) * 0.25f;
+  std::vector<uint8_t> q(24);
+  quantize_row(GgmlType::kQ5_1, x.data(), 32, q.data());
+  const auto* b = reinterpret_cast<const BlockQ5_1*>(q.data());
+  EXPECT_EQ(b->d, 0x3400);
+  EXPECT_EQ(b->m, 0x3C00);
+  uint32_t qh;
+  std::memcpy(&qh, b->qh, 4);
+  EXPECT_EQ(qh, 0xFFFF0000u);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b->qs[j], uint8_t(j | (j << 4))) << j;
+  std::vector<float> back(32);
+  dequantize_row(GgmlType::kQ5_1, q.data(), 32, back.data());
+  EXPECT_EQ(back, x);
+  double want = 0;
+  for (float v : x) want += double(v) * v;
+  EXPECT_FLOAT_EQ(dot_row(GgmlType::kQ5_1, q.data(), x.data(), 32), float(want));
+}
+
 TEST(QuantKnownAnswer, Mxfp4) {
   std::vector<float> x(32, 0.0f);
   const float in[8] = {6.f, -6.f, 0.25f, 0.75f, 5.f, -5.f, 2.4f, -0.1f};
@@ -176,10 +233,14 @@ TEST(QuantKnownAnswer, Q5_KConstant) {
 
 // All-zero rows quantize to all-zero blocks and back to zeros in every format.
 TEST(QuantKnownAnswer, ZerosEverywhere) {
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                     GgmlType::kQ6_K, GgmlType::kMXFP4}) {
     std::vector<float> x(512, 0.0f);
     auto q = quantize(t, x);
-    for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(q[i], 0) << ggml_type_name(t) << " byte " << i;
+    // Q5_0 is the exception: d = 0 / -16 = -0 (f16 0x8000) and every q = trunc(0 + 16.5) = 16.
+    if (t != GgmlType::kQ5_0) {
+      for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(q[i], 0) << ggml_type_name(t) << " byte " << i;
+    }
     std::vector<float> y(512, 1.0f);
     dequantize_row(t, q.data(), 512, y.data());
     for (float v : y) ASSERT_EQ(v, 0.0f);

@@ -65,6 +65,12 @@ const Expected kExpected[] = {
   {GgmlType::kQ5_K, 2, 0x05a8f349e8377053ull},
   {GgmlType::kQ6_K, 2, 0x5f4893ee59ac4ae7ull},
   {GgmlType::kMXFP4, 2, 0xda3459eaeaad80a2ull},
+  {GgmlType::kQ5_0, 0, 0x94fd68b45a3a7091ull},
+  {GgmlType::kQ5_1, 0, 0xd1ee52a732bca501ull},
+  {GgmlType::kQ5_0, 1, 0xf199dead89054d9dull},
+  {GgmlType::kQ5_1, 1, 0x0dff35ecf44044ceull},
+  {GgmlType::kQ5_0, 2, 0xef5774f1844837f6ull},
+  {GgmlType::kQ5_1, 2, 0x89ab3fda18cc176dull},
 };
 
 TEST(QuantReference, BytesMatchIndependentTranscription) {

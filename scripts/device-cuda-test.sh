@@ -26,7 +26,8 @@ rc=$?
 grep -E '^(BENCH|MATMUL|PARITY|  qwen)|^\[  (FAILED|PASSED|SKIPPED)|Failure$' "$out/gpu_tests.log" | head -150
 grep -A3 'Failure$' "$out/gpu_tests.log" | cut -c1-200 | head -40
 echo "gpu tests exit $rc"
-for m in qwen3 qwen3_moe qwen3_5 qwen3_5_tied qwen3_5_moe qwen3_next; do
+for m in qwen3 qwen3_moe qwen3_5 qwen3_5_tied qwen3_5_moe qwen3_next gemma4_text gemma4_text_moe \
+    gemma4_text_kvshared gemma4_text_keqv qwen4_exp; do
   echo "== kestrel parity -m tests/data/fixtures/$m --device cuda"
   build/kestrel parity -m tests/data/fixtures/$m --device cuda 2>&1
 done >"$out/parity.log"
@@ -36,6 +37,9 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   kernels='GpuTest.Embed:GpuTest.RmsNorm:GpuTest.HeadAndGatedRmsNorm:GpuTest.AddGatesSoftcap:GpuTest.GatherRows'
   kernels+=':GpuTest.MatmulRowSliceInputs:GpuTest.Rope:GpuTest.Attention:GpuTest.Conv1dSilu:DeltaRuleTest.SmallHeads'
   kernels+=':DeltaRuleTest.UnevenDims:GpuTest.MoeRoute:GpuTest.MoeExperts'
+  kernels+=':GpuTest.GeluMulScaleActivationMul:GpuTest.SliceCols:GpuTest.GroupRmsNorm:GpuTest.EmbedRows'
+  kernels+=':GpuTest.StreamsExpandMixInject:GpuTest.StreamGate:GpuTest.RopeWholeHeadPairs:GpuTest.KvWrite'
+  kernels+=':GpuTest.DilatedConv1dSilu:AttentionGeneral.*:QsaSelect.*:MoeGemma.*'
   for tool in memcheck racecheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
       --gtest_filter="$kernels" >"$out/sanitize-$tool.log" 2>&1

@@ -102,6 +102,9 @@ class ForwardingOps : public Ops {
   void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override {
     run("stream_gate", [&] { inner_.stream_gate(g, a, b); });
   }
+  void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override {
+    run("matmul", [&] { inner_.matmul_multi(x, targets); });
+  }
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
     run("matmul", [&] { inner_.matmul(out, x, w); });
   }

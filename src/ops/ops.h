@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,12 @@ inline float rope_inv_freq(double theta, int i, int freq_dim) {
   const float exponent = float(2 * i) / float(freq_dim);
   return 1.0f / std::pow(float(theta), exponent);
 }
+
+// One output of Ops::matmul_multi: out[T, N] = x . w^T.
+struct MatmulTarget {
+  Tensor out;
+  Tensor w;
+};
 
 // The index of the largest of x[0, n): the first on ties, NaN never chosen over a number (0 when
 // there is nothing else). Ops::argmax computes this per row; the sampler's greedy pick is it too.
@@ -191,6 +198,11 @@ class Ops {
   // ---- matrix products ----
   // out[T, N] = x[T, K] . w[N, K]^T
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
+  // Several matmuls of the same x (a layer's input projections): each target exactly what
+  // matmul(t.out, x, t.w) computes. Backends may run them as one launch (CUDA decode steps).
+  virtual void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
+    for (const MatmulTarget& t : targets) matmul(t.out, x, t.w);
+  }
 
   // ---- attention ----
   // RoPE on each head of x [T, n_heads * head_dim] in place, at the plan's positions. The angle

@@ -93,6 +93,41 @@ TEST_F(GpuTest, MatmulGemvRowsAreBitIdenticalToAlone) {
   }
 }
 
+// matmul_multi (one launch for a layer's input projections) gives every output the bits its
+// own matmul gives, for every row count (the fused GEMV path up to 8 rows, separate matmuls past
+// it) and matrices of very different widths (tiny N like the DeltaNet a/b projections, N not a
+// multiple of a block's columns), and matches the CPU.
+TEST_F(GpuTest, MatmulMultiEqualsSeparateMatmuls) {
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const int64_t K = 1024 + 8;
+    const std::vector<int64_t> widths = {300, 32, 4096 + 40, 1};
+    std::vector<Buffer> hw, dw;
+    for (size_t m = 0; m < widths.size(); ++m) {
+      hw.push_back(random(dt, widths[m], K, 0.05f));
+      dw.push_back(up(hw.back()));
+    }
+    for (int T : {1, 3, 8, 12}) {
+      Buffer x = random(T, K), dx = up(x);
+      std::vector<Buffer> fused, alone;
+      std::vector<MatmulTarget> targets;
+      for (size_t m = 0; m < widths.size(); ++m) {
+        fused.push_back(gpu().alloc(DType::kF32, T, widths[m]));
+        alone.push_back(gpu().alloc(DType::kF32, T, widths[m]));
+        targets.push_back({fused.back(), dw[m]});
+        gpu().matmul(alone.back(), dx, dw[m]);
+      }
+      gpu().matmul_multi(dx, targets);
+      for (size_t m = 0; m < widths.size(); ++m) {
+        const std::vector<float> got = down(fused[m]), want = down(alone[m]);
+        ASSERT_EQ(got, want) << dtype_name(dt) << " T=" << T << " matrix " << m << " (N=" << widths[m] << ")";
+        Buffer ref = host_buffer(DType::kF32, T, widths[m]);
+        cpu_.matmul(ref, x, hw[m]);
+        EXPECT_LE(rel_err(got, host(ref)), 1e-5) << dtype_name(dt) << " T=" << T << " matrix " << m;
+      }
+    }
+  }
+}
+
 TEST_F(GpuTest, MatmulRowSliceInputs) {
   // Views at row offsets (unaligned for odd K) must take the scalar path and stay correct.
   Buffer x = random(10, 37), w = random(DType::kBF16, 20, 37);

@@ -117,6 +117,7 @@ void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const T
 void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);
 void stream_gate(const Context& ctx, const Tensor& g, const Tensor& a, const Tensor& b);
 void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
+void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);

@@ -327,6 +327,9 @@ void CudaOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, 
 }
 void CudaOps::stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { cuda::stream_gate(ctx(), g, a, b); }
 void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
+void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
+  cuda::matmul_multi(ctx(), x, targets);
+}
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
   cuda::rope(ctx(), x, head_dim, rope, plan);
 }

@@ -71,6 +71,7 @@ class CudaOps final : public Ops {
   void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) override;
   void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
+  void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                  const AttentionParams& p, const StepPlan& plan) override;

@@ -25,13 +25,13 @@ constexpr int kGemvWarps = 8;    // output columns per block
 // columns, so one load of x serves them all and each lane keeps 4 weight loads in flight.
 // grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
 constexpr int kGemv1Cols = 4;
+// The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
+// exactly the same code for each of its matrices).
 template <typename W>
-__global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
-                             const float* __restrict__ x,  // [1, K]
-                             const W* __restrict__ w,      // [N, K]
-                             int64_t K, int64_t N) {
+__device__ __forceinline__ void gemv1_block(float* __restrict__ out, const float* __restrict__ x,
+                                            const W* __restrict__ w, int64_t K, int64_t N, int64_t block) {
   const int lane = threadIdx.x & 31;
-  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
+  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
   if (n0 >= N) return;
   const W* wr[kGemv1Cols];
 #pragma unroll
@@ -55,6 +55,14 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
   }
 }
 
+template <typename W>
+__global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
+                             const float* __restrict__ x,  // [1, K]
+                             const W* __restrict__ w,      // [N, K]
+                             int64_t K, int64_t N) {
+  gemv1_block(out, x, w, K, N, blockIdx.x);
+}
+
 // R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
 // memory a tile of kGemvTileK columns at a time, and each warp computes kGemv1Cols columns for all
 // R rows from one read of their weights. Each lane visits k in the same order as gemv1_kernel and
@@ -62,13 +70,11 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
 // grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
 constexpr int kGemvTileK = 1024;
 template <typename W, int R>
-__global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
-                                 const float* __restrict__ x,  // [R, K]
-                                 const W* __restrict__ w,      // [N, K]
-                                 int64_t K, int64_t N) {
-  __shared__ __align__(16) float xs[R * kGemvTileK];
+__device__ __forceinline__ void gemv_rows_block(float* __restrict__ out, const float* __restrict__ x,
+                                                const W* __restrict__ w, int64_t K, int64_t N, int64_t block,
+                                                float* __restrict__ xs) {  // shared [R * kGemvTileK]
   const int lane = threadIdx.x & 31;
-  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
+  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
   const W* wr[kGemv1Cols];
 #pragma unroll
   for (int c = 0; c < kGemv1Cols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // tail: read, drop
@@ -109,6 +115,41 @@ __global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
       const float sum = warp_sum(acc[r][c]);
       if (lane == 0 && n0 + c < N) out[int64_t(r) * N + n0 + c] = sum;
     }
+  }
+}
+
+template <typename W, int R>
+__global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
+                                 const float* __restrict__ x,  // [R, K]
+                                 const W* __restrict__ w,      // [N, K]
+                                 int64_t K, int64_t N) {
+  __shared__ __align__(16) float xs[R * kGemvTileK];
+  gemv_rows_block<W, R>(out, x, w, K, N, blockIdx.x, xs);
+}
+
+// matmul_multi: up to kMultiMax matrices against the same rows in one launch. Blocks
+// [block_end[m - 1], block_end[m]) are matrix m's blocks of gemv1_kernel / gemv_rows_kernel, run
+// through the same device functions, so every output is bit-identical to its own matmul.
+constexpr int kMultiMax = 4;
+struct MultiTargets {
+  const void* w[kMultiMax];
+  float* out[kMultiMax];
+  int64_t n[kMultiMax];
+  int64_t block_end[kMultiMax];
+  int count;
+};
+
+template <typename W, int R>
+__global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
+  int m = 0;
+  while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
+  const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
+  const W* w = static_cast<const W*>(t.w[m]);
+  if constexpr (R == 1) {
+    gemv1_block(t.out[m], x, w, K, t.n[m], block);
+  } else {
+    __shared__ __align__(16) float xs[R * kGemvTileK];
+    gemv_rows_block<W, R>(t.out[m], x, w, K, t.n[m], block, xs);
   }
 }
 
@@ -272,6 +313,47 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
   }
   dispatch_weight(w.dtype, "matmul", [&]<typename W>() {
     launch_gemv<W>(ctx.stream, out.f32(), x.f32(), w.as<const W>(), T, K, N);
+  });
+}
+
+void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t T = x.rows, K = x.cols;
+  // One launch where every matrix would take the vectorized GEMV kernels with one row group (T <=
+  // kGemvMaxRows takes them in every mode); otherwise each its own matmul. Same results either way.
+  bool fused = !targets.empty() && int(targets.size()) <= kMultiMax && T >= 1 && T <= kGemvMaxRows &&
+               K % 8 == 0 && aligned16(x.data) && x.dtype == DType::kF32 && x.device == Device::kCuda;
+  for (const MatmulTarget& t : targets) {
+    fused = fused && t.w.dtype == targets[0].w.dtype && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) &&
+            t.w.device == Device::kCuda && t.out.rows == T && t.out.cols == t.w.rows && t.out.dtype == DType::kF32;
+  }
+  if (!fused) {
+    for (const MatmulTarget& t : targets) matmul(ctx, t.out, x, t.w);
+    return;
+  }
+  MultiTargets mt{};
+  mt.count = int(targets.size());
+  int64_t blocks = 0;
+  for (int m = 0; m < mt.count; ++m) {
+    mt.w[m] = targets[size_t(m)].w.data;
+    mt.out[m] = targets[size_t(m)].out.f32();
+    mt.n[m] = targets[size_t(m)].w.rows;
+    blocks += ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
+    mt.block_end[m] = blocks;
+  }
+  KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");
+  dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {
+    const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
+    switch (T) {
+      case 1: gemv_multi_kernel<W, 1><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 2: gemv_multi_kernel<W, 2><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 3: gemv_multi_kernel<W, 3><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 4: gemv_multi_kernel<W, 4><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 5: gemv_multi_kernel<W, 5><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 6: gemv_multi_kernel<W, 6><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 7: gemv_multi_kernel<W, 7><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      default: gemv_multi_kernel<W, 8><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+    }
+    CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -9,20 +9,29 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
   Tensor q = ws.take(T, int64_t(cfg.n_heads) * hd);
-  ops.matmul(q, x, w.q);
+  Tensor gate = w.gate.empty() ? Tensor{} : ws.take(T, q.cols);
+  Tensor k, v;
+  // The projections of x in one call: q, the output gate, k and v (K = V: the same projection,
+  // before k's norm and RoPE; KV-shared layers have none and take the source layer's).
+  MatmulTarget proj[4];
+  int n_proj = 0;
+  proj[n_proj++] = {q, w.q};
+  if (!gate.empty()) proj[n_proj++] = {gate, w.gate};
+  if (!w.k.empty()) {
+    k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+    v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
+    proj[n_proj++] = {k, w.k};
+    proj[n_proj++] = {v, w.v.empty() ? w.k : w.v};
+  }
+  ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
   if (!w.q_norm.empty()) ops.head_rms_norm(q, w.q_norm, hd, eps);
   ops.rope(q, hd, cfg.rope, plan);
-  Tensor k, v;
   if (w.k.empty()) {  // KV-shared: the source layer's k/v of this step (past positions: its cache)
     KCHECK(step != nullptr && !step->k.empty());
     k = step->k;
     v = step->v;
     write_kv = false;
   } else {
-    k = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
-    v = ws.take(T, int64_t(cfg.n_kv_heads) * hd);
-    ops.matmul(k, x, w.k);
-    ops.matmul(v, x, w.v.empty() ? w.k : w.v);  // K = V: the same projection, before k's norm and RoPE
     if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
     if (cfg.v_norm) ops.head_rms_norm(v, Tensor{}, hd, eps);
     ops.rope(k, hd, cfg.rope, plan);
@@ -33,11 +42,7 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
                 {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
                  .window = window, .select = select, .write_kv = write_kv},
                 plan);
-  if (!w.gate.empty()) {
-    Tensor gate = ws.take(T, q.cols);
-    ops.matmul(gate, x, w.gate);
-    ops.mul_sigmoid(o, gate);
-  }
+  if (!gate.empty()) ops.mul_sigmoid(o, gate);
   ops.matmul(y, o, w.o);
 }
 
@@ -50,10 +55,8 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
   Tensor z = ws.take(T, v_width);
   Tensor b = ws.take(T, cfg.n_v_heads);
   Tensor a = ws.take(T, cfg.n_v_heads);
-  ops.matmul(qkv, x, w.qkv);
-  ops.matmul(z, x, w.z);
-  ops.matmul(b, x, w.b);
-  ops.matmul(a, x, w.a);
+  const MatmulTarget proj[] = {{qkv, w.qkv}, {z, w.z}, {b, w.b}, {a, w.a}};
+  ops.matmul_multi(x, proj);
   ops.conv1d_silu(qkv, w.conv, state, cfg.conv_kernel, plan);
   Tensor o = ws.take(T, v_width);
   ops.gated_delta_rule(o, qkv, a, b, w.a_neg, w.dt_bias, state, cfg, plan);
@@ -72,8 +75,8 @@ void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, co
   const int64_t T = x.rows, F = w.gate.rows;
   Tensor g = ws.take(T, F);
   Tensor u = ws.take(T, F);
-  ops.matmul(g, x, w.gate);
-  ops.matmul(u, x, w.up);
+  const MatmulTarget proj[] = {{g, w.gate}, {u, w.up}};
+  ops.matmul_multi(x, proj);
   if (w.act == Activation::kGeluTanh) {
     ops.gelu_tanh_mul(g, g, u);
   } else {

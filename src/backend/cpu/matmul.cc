@@ -35,13 +35,17 @@ struct F16Tag {};
 
 inline float scalar_w(const uint16_t* w, int64_t i, bool f16) { return f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]); }
 
-// R rows of x against one weight row. Products of two floats are exact in double, so the
-// accumulation runs in double (4 lanes x 4 accumulators) and rounds once at the end: the CPU
-// backend is the oracle, and hybrid models amplify f32 rounding in their projections where a
-// DeltaNet output is tiny and its gated RMSNorm rescales it by up to 1/sqrt(eps).
-// Identical per-row arithmetic for every R.
-template <int R, typename W, bool kF16 = false>
-inline void dot_rows(const float* const* x, const W* w, int64_t n, float* out) {
+// Four consecutive activations as doubles (exact for float).
+inline __m256d load4d(const float* p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+inline __m256d load4d(const double* p) { return _mm256_loadu_pd(p); }
+
+// R rows of x (float, or double in the float64 oracle mode) against one weight row. Products of
+// two floats are exact in double, so the accumulation runs in double (4 lanes x 4 accumulators)
+// and rounds once at the end: the CPU backend is the oracle, and hybrid models amplify f32
+// rounding in their projections where a DeltaNet output is tiny and its gated RMSNorm rescales it
+// by up to 1/sqrt(eps). Identical per-row arithmetic for every R.
+template <int R, typename W, bool kF16 = false, typename A>
+inline void dot_rows(const A* const* x, const W* w, int64_t n, A* out) {
   __m256d acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_pd();
@@ -58,11 +62,7 @@ inline void dot_rows(const float* const* x, const W* w, int64_t n, float* out) {
     const __m256d wd[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(w0)), _mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)),
                            _mm256_cvtps_pd(_mm256_castps256_ps128(w1)), _mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1))};
     for (int r = 0; r < R; ++r) {
-      const __m256 x0 = _mm256_loadu_ps(x[r] + i), x1 = _mm256_loadu_ps(x[r] + i + 8);
-      acc[r][0] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x0)), wd[0], acc[r][0]);
-      acc[r][1] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x0, 1)), wd[1], acc[r][1]);
-      acc[r][2] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x1)), wd[2], acc[r][2]);
-      acc[r][3] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x1, 1)), wd[3], acc[r][3]);
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_pd(load4d(x[r] + i + 4 * j), wd[j], acc[r][j]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -77,46 +77,7 @@ inline void dot_rows(const float* const* x, const W* w, int64_t n, float* out) {
     __m256d s = _mm256_add_pd(_mm256_add_pd(acc[r][0], acc[r][1]), _mm256_add_pd(acc[r][2], acc[r][3]));
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
     h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
-    out[r] = float(_mm_cvtsd_f64(h) + tail);
-  }
-}
-
-// The float64 oracle mode's dot: R double rows against one weight row, the same lanes and
-// reduction tree as dot_rows (products are rounded to double here; nothing is rounded to f32).
-template <int R, typename W, bool kF16 = false>
-inline void dot_rows(const double* const* x, const W* w, int64_t n, double* out) {
-  __m256d acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_pd();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 w0, w1;
-    if constexpr (kF16) {
-      w0 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i);
-      w1 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i + 8);
-    } else {
-      w0 = load8<W>(w + i);
-      w1 = load8<W>(w + i + 8);
-    }
-    const __m256d wd[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(w0)), _mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)),
-                           _mm256_cvtps_pd(_mm256_castps256_ps128(w1)), _mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1))};
-    for (int r = 0; r < R; ++r) {
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_pd(_mm256_loadu_pd(x[r] + i + 4 * j), wd[j], acc[r][j]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    double tail = 0.0;
-    for (int64_t j = i; j < n; ++j) {
-      float wv;
-      if constexpr (kF16) wv = f16_to_f32(reinterpret_cast<const uint16_t*>(w)[j]);
-      else if constexpr (std::is_same_v<W, uint16_t>) wv = bf16_to_f32(w[j]);
-      else wv = w[j];
-      tail += x[r][j] * double(wv);
-    }
-    __m256d s = _mm256_add_pd(_mm256_add_pd(acc[r][0], acc[r][1]), _mm256_add_pd(acc[r][2], acc[r][3]));
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
-    out[r] = _mm_cvtsd_f64(h) + tail;
+    out[r] = A(_mm_cvtsd_f64(h) + tail);
   }
 }
 

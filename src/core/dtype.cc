@@ -2,29 +2,64 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace kestrel {
 namespace {
 
 struct DTypeInfo {
   DType dtype;
   std::string_view name;
-  size_t size;
+  size_t size;          // bytes per block
+  int64_t block = 1;    // elements per block
 };
 
+// Block sizes are ggml's (quant/blocks.h static_asserts the same numbers).
 constexpr DTypeInfo kInfos[] = {
     {DType::kF32, "F32", 4},  {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
     {DType::kI32, "I32", 4},  {DType::kI64, "I64", 8}, {DType::kU8, "U8", 1},
     {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kI8, "I8", 1},
     {DType::kI16, "I16", 2},
+    {DType::kQ8_0, "Q8_0", 34, 32},   {DType::kQ5_0, "Q5_0", 22, 32},   {DType::kQ5_1, "Q5_1", 24, 32},
+    {DType::kQ4_K, "Q4_K", 144, 256}, {DType::kQ5_K, "Q5_K", 176, 256}, {DType::kQ6_K, "Q6_K", 210, 256},
+    {DType::kMXFP4, "MXFP4", 17, 32},
 };
+
+const DTypeInfo* find(DType dtype) {
+  for (const auto& info : kInfos) {
+    if (info.dtype == dtype) return &info;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
 size_t dtype_size(DType dtype) {
-  for (const auto& info : kInfos) {
-    if (info.dtype == dtype) return info.size;
-  }
-  return 0;
+  const DTypeInfo* info = find(dtype);
+  return info && info->block == 1 ? info->size : 0;
+}
+
+bool dtype_is_quantized(DType dtype) {
+  const DTypeInfo* info = find(dtype);
+  return info && info->block > 1;
+}
+
+int64_t dtype_block_elems(DType dtype) {
+  const DTypeInfo* info = find(dtype);
+  KCHECK(info);
+  return info->block;
+}
+
+size_t dtype_block_bytes(DType dtype) {
+  const DTypeInfo* info = find(dtype);
+  KCHECK(info);
+  return info->size;
+}
+
+size_t dtype_row_bytes(DType dtype, int64_t cols) {
+  const DTypeInfo* info = find(dtype);
+  KCHECK(info && cols >= 0 && cols % info->block == 0);
+  return size_t(cols / info->block) * info->size;
 }
 
 std::string_view dtype_name(DType dtype) {
@@ -36,7 +71,7 @@ std::string_view dtype_name(DType dtype) {
 
 bool dtype_from_name(std::string_view name, DType* out) {
   for (const auto& info : kInfos) {
-    if (info.name == name) {
+    if (info.block == 1 && info.name == name) {
       *out = info.dtype;
       return true;
     }

@@ -7,10 +7,23 @@
 
 namespace kestrel {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kBool, kF64, kI8, kI16 };
+// The block formats (kQ8_0 ...) are ggml's quantized layouts (quant/blocks.h): a row of `cols`
+// elements is cols / dtype_block_elems blocks of dtype_block_bytes bytes. They are weight dtypes
+// only (matrices [out, in] whose rows are whole blocks); activations are never quantized.
+enum class DType : uint8_t {
+  kF32, kF16, kBF16, kI32, kI64, kU8, kBool, kF64, kI8, kI16,
+  kQ8_0, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kMXFP4,
+};
 
+// Bytes of one element of a plain dtype; 0 for a block format (use dtype_row_bytes).
 size_t dtype_size(DType dtype);
-std::string_view dtype_name(DType dtype);        // safetensors spelling: "F32", "BF16", ...
+bool dtype_is_quantized(DType dtype);
+int64_t dtype_block_elems(DType dtype);  // elements per block: 1 for plain dtypes
+size_t dtype_block_bytes(DType dtype);   // bytes per block: dtype_size for plain dtypes
+// Bytes of one row of `cols` elements; KCHECKs cols is a whole number of blocks.
+size_t dtype_row_bytes(DType dtype, int64_t cols);
+std::string_view dtype_name(DType dtype);        // safetensors spelling: "F32", "BF16", ...; ggml's "Q4_K", ...
+// Plain dtypes only (the safetensors spellings): block formats never come from a safetensors header.
 bool dtype_from_name(std::string_view name, DType* out);
 
 inline float bf16_to_f32(uint16_t v) {

@@ -23,7 +23,8 @@ struct Tensor {
 
   bool empty() const { return data == nullptr; }
   int64_t numel() const { return rows * cols; }
-  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return size_t(rows) * row_bytes(); }
+  size_t row_bytes() const { return dtype_row_bytes(dtype, cols); }
   template <typename T>
   T* as() const {
     return static_cast<T*>(data);
@@ -36,13 +37,13 @@ struct Tensor {
   Tensor rows_slice(int64_t begin, int64_t n) const {
     KCHECK(begin >= 0 && n >= 0 && begin + n <= rows);
     Tensor t = *this;
-    t.data = static_cast<uint8_t*>(data) + size_t(begin * cols) * dtype_size(dtype);
+    t.data = static_cast<uint8_t*>(data) + size_t(begin) * row_bytes();
     t.rows = n;
     return t;
   }
-  // The same memory seen as [rows', cols'] with rows' * cols' == rows * cols.
+  // The same memory seen as [rows', cols'] with rows' * cols' == rows * cols (plain dtypes only).
   Tensor reshaped(int64_t r, int64_t c) const {
-    KCHECK(r * c == rows * cols);
+    KCHECK(r * c == rows * cols && !dtype_is_quantized(dtype));
     Tensor t = *this;
     t.rows = r;
     t.cols = c;

@@ -36,6 +36,9 @@ constexpr DTypePair kDTypes[] = {
     {GgmlType::kF32, DType::kF32}, {GgmlType::kF16, DType::kF16}, {GgmlType::kBF16, DType::kBF16},
     {GgmlType::kI8, DType::kI8},   {GgmlType::kI16, DType::kI16}, {GgmlType::kI32, DType::kI32},
     {GgmlType::kI64, DType::kI64}, {GgmlType::kF64, DType::kF64},
+    {GgmlType::kQ8_0, DType::kQ8_0}, {GgmlType::kQ5_0, DType::kQ5_0}, {GgmlType::kQ5_1, DType::kQ5_1},
+    {GgmlType::kQ4_K, DType::kQ4_K}, {GgmlType::kQ5_K, DType::kQ5_K}, {GgmlType::kQ6_K, DType::kQ6_K},
+    {GgmlType::kMXFP4, DType::kMXFP4},
 };
 
 }  // namespace

@@ -70,7 +70,8 @@ inline bool ggml_is_block_format(GgmlType t) { return ggml_block_size(t) > 1; }
 // Bytes of one row of n elements; KCHECKs n % block_size == 0.
 uint64_t ggml_row_bytes(GgmlType t, int64_t n);
 
-// The engine dtype a plain ggml type corresponds to (F32, F16, BF16, I8, ...), if any.
+// The engine dtype a ggml type corresponds to (F32, F16, BF16, I8, ..., and the block formats
+// kestrel has kernels for: Q8_0, Q4_K, ...; see dtype_is_quantized), if any.
 std::optional<DType> ggml_to_dtype(GgmlType t);
 std::optional<GgmlType> dtype_to_ggml(DType d);
 

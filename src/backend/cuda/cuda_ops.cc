@@ -197,7 +197,7 @@ const char* matmul_precision_name(MatmulPrecision p) {
 
 Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
   KCHECK(rows >= 0 && cols >= 0);
-  const size_t bytes = size_t(rows) * size_t(cols) * dtype_size(dtype);
+  const size_t bytes = size_t(rows) * dtype_row_bytes(dtype, cols);
   void* p = nullptr;
   if (bytes) {
     cudaError_t err = cudaMalloc(&p, bytes);

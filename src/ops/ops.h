@@ -127,6 +127,12 @@ class Ops {
   // The dtype of activations, caches and recurrent state: F32, or F64 for the CPU backend's
   // float64 oracle mode (CpuOps(DType::kF64), `--precision f64`). Weights keep their own dtypes.
   virtual DType activation_dtype() const { return DType::kF32; }
+  // Whether weight matrices of this dtype may be handed to the ops that take weights (matmul,
+  // matmul_multi, moe_experts, embed, embed_rows). Plain floats always; a block format (DType::kQ4_K ...)
+  // only where the backend has kernels for it — otherwise the loader widens it at load.
+  virtual bool supports_weight_dtype(DType dtype) const {
+    return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32;
+  }
   // The phase the next ops belong to (see PhaseScope); only profiles read it.
   void set_phase(Phase p) { phase_ = p; }
   Phase phase() const { return phase_; }

@@ -6,6 +6,7 @@
 #include "chat/text_util.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "io/gguf.h"
 
 namespace kestrel::chat {
 
@@ -151,12 +152,34 @@ ChatTemplate ChatTemplate::load(const std::string& path) {
     return t;
   }
   if (!file_exists(path)) bad_input("chat template source ", path, " does not exist");
+  if (is_gguf_file(path)) return from_gguf(GgufFile::open(path));
   if (ends_with(path, ".json")) {
     ChatTemplate t = from_config(parse_json_file(path), path);
     if (t.templates_.empty()) bad_input(path, " has no chat_template");
     return t;
   }
   return from_source(read_file(path), path);
+}
+
+// tokenizer.chat_template, with bos_token / eos_token (and pad_token) named by their ids in
+// tokenizer.ggml.tokens, as tokenizer_config.json would name them.
+ChatTemplate ChatTemplate::from_gguf(const GgufFile& f) {
+  const GgufValue* tmpl = f.find("tokenizer.chat_template");
+  if (!tmpl || !tmpl->str())
+    bad_input(f.path(), ": no chat template (metadata key tokenizer.chat_template is missing or not a string)");
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  config["chat_template"] = *tmpl->str();
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  for (const auto& [key, name] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token"},
+                                  std::pair{"tokenizer.ggml.eos_token_id", "eos_token"},
+                                  std::pair{"tokenizer.ggml.padding_token_id", "pad_token"}}) {
+    const GgufValue* id = f.find(key);
+    if (!id || !id->to_int() || !tokens || tokens->elem_type() != GgufValueType::kString) continue;
+    if (*id->to_int() < 0 || uint64_t(*id->to_int()) >= tokens->size())
+      bad_input(f.path(), ": ", key, " = ", *id->to_int(), " is outside tokenizer.ggml.tokens (", tokens->size(), " entries)");
+    config[name] = tokens->strings()[size_t(*id->to_int())];
+  }
+  return from_config(config, f.path());
 }
 
 const Template& ChatTemplate::select(const ChatRequest& request) const {

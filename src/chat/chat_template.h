@@ -4,7 +4,8 @@
 //   - a model directory: `chat_template.jinja` if present, else tokenizer_config.json's
 //     `chat_template`; named templates from `additional_chat_templates/NAME.jinja` join in;
 //   - a tokenizer_config.json path: its `chat_template` (a string, or a list of {name, template});
-//   - a .jinja file: the template itself (no special tokens known).
+//   - a .jinja file: the template itself (no special tokens known);
+//   - a GGUF file: tokenizer.chat_template, with bos/eos/pad tokens from tokenizer.ggml.*.
 // Which template renders (as transformers picks it): the one named by ChatRequest::template_name,
 // else "tool_use" when tools are given and it exists, else "default" (or the only one).
 //
@@ -21,6 +22,10 @@
 
 #include "chat/output_parser.h"
 #include "chat/template.h"
+
+namespace kestrel {
+class GgufFile;
+}
 
 namespace kestrel::chat {
 
@@ -39,7 +44,8 @@ struct ChatRequest {
 class ChatTemplate {
  public:
   // PATH: model directory, tokenizer_config.json, or a .jinja file. Error names what is missing.
-  static ChatTemplate load(const std::string& path);
+  static ChatTemplate load(const std::string& path);  // also a GGUF file: its tokenizer.chat_template
+  static ChatTemplate from_gguf(const GgufFile& file);
   // From a parsed tokenizer_config.json (and, when given, a chat_template.jinja that overrides it).
   static ChatTemplate from_config(const nlohmann::ordered_json& config, const std::string& origin,
                                   const std::optional<std::string>& jinja_override = std::nullopt);

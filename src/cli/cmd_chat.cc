@@ -22,7 +22,7 @@ int chat_cmd(const Args& args) {
   mo.max_running = 1;
   mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
   auto m = server::load_served_model(dir, mo);
-  if (!m->chat_template) bad_input(dir, ": the model has no chat template (tokenizer_config.json chat_template)");
+  if (!m->chat_template) bad_input(dir, ": the model has no chat template (tokenizer_config.json chat_template, or a GGUF's tokenizer.chat_template)");
   server::GenerationParams gp;
   gp.options.max_tokens = int(args.get_int("n", 512, 1, 1 << 20));
   gp.options.sampling.temperature = float(args.get_double("temperature", 0.7, 0.0, 100.0));
@@ -97,10 +97,10 @@ int chat_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "chat",
     .summary = "chat with a model in the terminal",
-    .usage = "kestrel chat -m DIR [--system TEXT] [--temperature T]",
+    .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T]",
     .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
                "Type /reset to clear the conversation and /exit (or end of input) to quit.",
-    .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template"},
+    .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
                 {"system", "", "TEXT", "system prompt"},
                 {"n", "n", "N", "most tokens per answer", "512"},
                 {"temperature", "", "T", "sampling temperature", "0.7"},

@@ -91,14 +91,14 @@ const Registrar kReg{{
     .name = "run",
     .summary = "generate a continuation of a prompt",
     .usage = "kestrel run -m DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [-n 16] [--temperature T --top-k K --top-p P --seed S]",
-    .details = "With --prompt, streams the generated text (the model directory's tokenizer.json, or --tokenizer);\n"
+    .details = "With --prompt, streams the generated text (the model directory's tokenizer.json, a GGUF's own tokenizer, or --tokenizer);\n"
                "with --prompt-ids, prints the generated token ids as a JSON array. Greedy unless --temperature > 0.\n"
                "Generation stops at the model's EOS ids (config.json / generation_config.json) unless --ignore-eos.",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"prompt", "p", "TEXT", "prompt text (tokenized with the model's tokenizer, BOS/EOS as its post-processor adds)"},
                 {"prompt-ids", "", "IDS", "comma-separated prompt token ids"},
                 {"profile", "", "", "print a phase profile of the run (time per step by phase and by op) to stderr"},
-                {"tokenizer", "", "PATH", "tokenizer.json or its directory, for --prompt", "the model directory"},
+                {"tokenizer", "", "PATH", "tokenizer.json or its directory (or a GGUF file), for --prompt", "the model"},
                 {"no-special", "", "", "do not add the tokenizer's special tokens (BOS) to --prompt"},
                 {"n", "n", "N", "tokens to generate", "16"},
                 {"temperature", "", "T", "sampling temperature (0 = greedy)", "0"},

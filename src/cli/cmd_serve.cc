@@ -98,7 +98,7 @@ const Registrar kReg{{
     .details = "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
                "(503 while loading), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
                "SIGTERM/SIGINT stop accepting requests, drain those in flight (--drain-timeout), then exit.",
-    .options = {{"model", "m", "DIR", "model directory (with tokenizer.json; chat template optional)"},
+    .options = {{"model", "m", "DIR", "model directory (with tokenizer.json; chat template optional), or a .gguf file with tokenizer metadata"},
                 {"host", "", "HOST", "address to listen on", "127.0.0.1"},
                 {"port", "", "PORT", "port (0 = any free port)", "8080"},
                 {"api-key", "", "KEY", "require 'Authorization: Bearer KEY' (not on /health)"},

@@ -247,14 +247,6 @@ void gemma4_config(const GgufFile& f, int64_t n_blocks, int n_layers, json& c) {
 
 }  // namespace
 
-bool is_gguf_file(const std::string& path) {
-  if (!file_exists(path)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-}
-
 ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
   const std::string model_type = model_type_for_gguf_arch(arch);

@@ -15,9 +15,6 @@
 
 namespace kestrel {
 
-// Whether `path` is a GGUF file (a regular file starting with the GGUF magic).
-bool is_gguf_file(const std::string& path);
-
 ModelConfig gguf_model_config(const GgufFile& f);
 
 // The tensors under their Hugging Face names, ready for WeightLoader.

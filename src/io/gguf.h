@@ -109,6 +109,9 @@ struct GgufTensor {
   int64_t row_length() const { return shape.back(); }  // ne[0]: the quantized dimension
 };
 
+// Whether `path` is a GGUF file (a regular file starting with the GGUF magic).
+bool is_gguf_file(const std::string& path);
+
 class GgufFile {
  public:
   static constexpr uint32_t kVersion = 3;

@@ -1,9 +1,11 @@
 // GgufFile::open: parses and validates a GGUF v3 file before anything in it is used.
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "io/gguf.h"
 
 namespace kestrel {
@@ -256,6 +258,14 @@ std::string GgufFile::get_string(const std::string& key) const {
   const GgufValue& v = require(*this, key);
   if (!v.str()) bad_input(path(), ": metadata key '", key, "' is ", v.summary(), ", expected a string");
   return *v.str();
+}
+
+bool is_gguf_file(const std::string& path) {
+  if (!file_exists(path) || is_directory(path)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
 }  // namespace kestrel

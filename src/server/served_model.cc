@@ -6,6 +6,7 @@
 #include "cli/backend_select.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "io/gguf.h"
 
 namespace kestrel::server {
 
@@ -14,8 +15,10 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
   m->dir = dir;
   std::string base = dir;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  m->name = o.name.empty() ? base.substr(base.find_last_of('/') + 1) : o.name;
-  if (!file_exists(path_join(dir, "tokenizer.json")))
+  base = base.substr(base.find_last_of('/') + 1);
+  if (is_gguf_file(dir) && base.size() > 5 && base.ends_with(".gguf")) base.resize(base.size() - 5);  // x.gguf serves as "x"
+  m->name = o.name.empty() ? base : o.name;
+  if (!is_gguf_file(dir) && !file_exists(path_join(dir, "tokenizer.json")))
     bad_input(dir, ": no tokenizer.json in the model directory (the server needs the model's tokenizer)");
   m->tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(dir));
   try {

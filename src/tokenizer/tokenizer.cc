@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "io/gguf.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -18,6 +19,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
+  if (is_gguf_file(path)) return from_gguf(GgufFile::open(path));
   bool dir = is_directory(path);
   std::string file = dir ? path_join(path, "tokenizer.json") : path;
   if (!file_exists(file)) {

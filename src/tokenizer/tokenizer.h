@@ -19,6 +19,10 @@
 #include <string_view>
 #include <vector>
 
+namespace kestrel {
+class GgufFile;
+}
+
 namespace kestrel::tok {
 
 struct EncodeOptions {
@@ -38,9 +42,11 @@ struct TokenPiece {
 
 class Tokenizer {
  public:
-  // `path` is a tokenizer.json file or a directory holding one; tokenizer_config.json beside it
-  // is read when present (bos/eos token names).
+  // `path` is a tokenizer.json file or a directory holding one (tokenizer_config.json beside it
+  // is read when present: bos/eos token names), or a GGUF file carrying tokenizer.ggml.* metadata.
   static Tokenizer load(const std::string& path);
+  // From a GGUF file's tokenizer.ggml.* metadata (byte-level BPE; tokenizer_gguf.cc says what is read).
+  static Tokenizer from_gguf(const GgufFile& file);
   // From the files' contents; `name` names the source in error messages.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view config_json = {},
                              const std::string& name = "tokenizer.json");

@@ -34,6 +34,15 @@ TEST(TokenizerRunText, TextPromptMatchesTheSameIdsAndDecodes) {
   auto [rc_dec, decoded] = sh("detokenize --tokenizer " + tokenizer_dir("qwen3") + " --skip-special " + "'" + ids + "'");
   ASSERT_EQ(rc_dec, 0) << decoded;
   EXPECT_EQ(text_out, decoded);
+
+  // The same model converted to GGUF carries its tokenizer: `run -m FILE.gguf --prompt` needs no
+  // tokenizer.json and generates the same text (bf16 weights: the same logits as the directory).
+  const std::string gguf = work_path("tiny-qwen3.5-text.gguf");
+  auto [rc_conv, conv_out] = sh("convert -m " + model + " -o " + gguf + " --quant bf16");
+  ASSERT_EQ(rc_conv, 0) << conv_out;
+  auto [rc_gguf, gguf_out] = sh("run -m " + gguf + " --prompt 'Hello world' -n 6 --ignore-eos");
+  ASSERT_EQ(rc_gguf, 0) << gguf_out;
+  EXPECT_EQ(gguf_out, text_out);
 }
 
 // --profile times every op of the run and prints the phases to stderr; the tokens are unchanged.

@@ -1,4 +1,4 @@
-// kestrel info: what a checkpoint directory holds and how much memory running it takes.
+// kestrel info: what a checkpoint directory (or GGUF file) holds and how much memory running it takes.
 #include <cstdio>
 
 #include "cli/command.h"
@@ -84,11 +84,12 @@ int run_info(const Args& args) {
 const Registrar kReg{{
     .name = "info",
     .summary = "show a model's architecture, parameter count and memory needs",
-    .usage = "kestrel info -m DIR [--ctx N] [--seqs N] [--json]",
-    .details = "Reads config.json and the safetensors headers (no weights are loaded): architecture, layer\n"
-               "pattern, shapes, parameter count of the text weights, KV-cache bytes per token, recurrent\n"
-               "state per sequence, and the memory for --seqs sequences of --ctx tokens.",
-    .options = {{"model", "m", "DIR", "model directory (config.json + safetensors)", ""},
+    .usage = "kestrel info -m DIR|FILE.gguf [--ctx N] [--seqs N] [--json]",
+    .details = "Reads config.json and the safetensors headers, or a GGUF file's metadata and tensor table (no\n"
+               "weights are loaded): architecture, layer pattern, shapes, parameter count of the text weights\n"
+               "and their stored bytes (block formats at their quantized size), KV-cache bytes per token,\n"
+               "recurrent state per sequence, and the memory for --seqs sequences of --ctx tokens.",
+    .options = {{"model", "m", "DIR", "model directory (config.json + safetensors) or GGUF file", ""},
                 {"ctx", "", "N", "context length for the memory plan", "4096"},
                 {"seqs", "", "N", "sequences live at once for the memory plan", "1"},
                 {"json", "", "", "print one JSON object", ""}},

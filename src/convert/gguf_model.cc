@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "convert/gguf_names.h"
@@ -292,10 +293,9 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 Checkpoint gguf_checkpoint(std::shared_ptr<const GgufFile> f, const ModelConfig& cfg) {
   const GgufLayout layout =
       gguf_layout(cfg, [&](const std::string& gguf, const std::string&) { return f->find_tensor(gguf) != nullptr; });
-  auto floats = std::make_shared<std::vector<std::vector<float>>>();    // dequantized block tensors
-  auto bytes = std::make_shared<std::vector<std::vector<uint8_t>>>();   // reassembled tensors
+  auto bytes = std::make_shared<std::vector<std::vector<uint8_t>>>();  // reassembled tensors
 
-  // Each GGUF tensor as a float view: in place from the mapping, or dequantized.
+  // Each GGUF tensor as stored, in place in the mapping: a float or a block format.
   struct View {
     DType dtype;
     const uint8_t* data;
@@ -310,15 +310,11 @@ Checkpoint gguf_checkpoint(std::shared_ptr<const GgufFile> f, const ModelConfig&
       for (int64_t d : p.shape) want += std::to_string(d) + " ";
       bad_input(f->path(), ": tensor '", p.name, "' has shape [ ", got, "], expected [ ", want, "]");
     }
-    if (auto d = ggml_to_dtype(t->type); d && (*d == DType::kBF16 || *d == DType::kF16 || *d == DType::kF32)) {
-      views.push_back({*d, t->data});
-    } else if (quant::has_kernels(t->type)) {
-      floats->emplace_back(static_cast<size_t>(t->numel()));
-      quant::dequantize_row(t->type, t->data, t->numel(), floats->back().data());
-      views.push_back({DType::kF32, reinterpret_cast<const uint8_t*>(floats->back().data())});
-    } else {
+    const std::optional<DType> d = ggml_to_dtype(t->type);
+    const bool is_float = d && (*d == DType::kBF16 || *d == DType::kF16 || *d == DType::kF32);
+    if (!is_float && !(d && dtype_is_quantized(*d) && quant::has_kernels(t->type)))
       unsupported(f->path(), ": tensor '", p.name, "' is ", ggml_type_name(t->type), ", which kestrel cannot load yet");
-    }
+    views.push_back({*d, t->data});
   }
 
   // Where each checkpoint tensor's rows are: (tensor, run, the run's first row in the tensor).
@@ -347,36 +343,43 @@ Checkpoint gguf_checkpoint(std::shared_ptr<const GgufFile> f, const ModelConfig&
     info.shape = src.shape;
     const GgufTensorPlan& p0 = layout.tensors[ps[0].plan];
     if (ps.size() == 1 && ps[0].run.first == 0 && ps[0].run.count == rows && p0.col_perm.empty()) {
-      // One run of one tensor: used in place.
+      // One run of one tensor: used in place, in its stored dtype (whole rows, so a block format too).
       const View& v = views[ps[0].plan];
       info.dtype = v.dtype;
-      info.data = v.data + uint64_t(ps[0].at) * uint64_t(width) * dtype_size(v.dtype);
+      info.data = v.data + uint64_t(ps[0].at) * dtype_row_bytes(v.dtype, width);
     } else {
       // Reassembled: rows back to their checkpoint positions, columns back through the permutation.
+      // Rows of one stored dtype are copied as they are (whole rows of blocks for a block format);
+      // mixed dtypes, or a column permutation of a block format, are widened to F32.
       DType dtype = views[ps[0].plan].dtype;
-      for (const Part& p : ps)
+      bool permuted = false;
+      for (const Part& p : ps) {
         if (views[p.plan].dtype != dtype) dtype = DType::kF32;
-      const size_t es = dtype_size(dtype);
-      bytes->emplace_back(size_t(rows * width) * es);
+        permuted = permuted || !layout.tensors[p.plan].col_perm.empty();
+      }
+      if (permuted && dtype_is_quantized(dtype)) dtype = DType::kF32;
+      const size_t row_bytes = dtype_row_bytes(dtype, width);
+      const size_t es = dtype_size(dtype);  // 0 for a block format, which is never permuted here
+      bytes->emplace_back(size_t(rows) * row_bytes);
       uint8_t* out = bytes->back().data();
       std::vector<uint8_t> covered(size_t(rows), 0);
       std::vector<float> conv(static_cast<size_t>(width));
       for (const Part& p : ps) {
         const View& v = views[p.plan];
         const std::vector<int64_t>& perm = layout.tensors[p.plan].col_perm;
-        const uint64_t in_row = uint64_t(width) * dtype_size(v.dtype);
+        const uint64_t in_row = dtype_row_bytes(v.dtype, width);
         for (int64_t r = 0; r < p.run.count; ++r) {
           const int64_t dst = p.run.first + r;
           KCHECK(!covered[size_t(dst)]);
           covered[size_t(dst)] = 1;
           const uint8_t* in = v.data + uint64_t(p.at + r) * in_row;
-          if (v.dtype != dtype) {  // mixed stored types: widen to F32
+          if (v.dtype != dtype) {  // widened to F32
             quant::dequantize_row(*dtype_to_ggml(v.dtype), in, width, conv.data());
             in = reinterpret_cast<const uint8_t*>(conv.data());
           }
-          uint8_t* o = out + uint64_t(dst) * uint64_t(width) * es;
+          uint8_t* o = out + uint64_t(dst) * row_bytes;
           if (perm.empty()) {
-            std::memcpy(o, in, size_t(width) * es);
+            std::memcpy(o, in, row_bytes);
           } else {
             for (int64_t j = 0; j < width; ++j) std::memcpy(o + size_t(perm[size_t(j)]) * es, in + size_t(j) * es, es);
           }
@@ -386,16 +389,15 @@ Checkpoint gguf_checkpoint(std::shared_ptr<const GgufFile> f, const ModelConfig&
       info.dtype = dtype;
       info.data = out;
     }
-    info.nbytes = uint64_t(rows * width) * dtype_size(info.dtype);
+    info.nbytes = uint64_t(rows) * dtype_row_bytes(info.dtype, width);
     infos.push_back(std::move(info));
   }
   struct Keep {
     std::shared_ptr<const GgufFile> file;
-    std::shared_ptr<std::vector<std::vector<float>>> floats;
     std::shared_ptr<std::vector<std::vector<uint8_t>>> bytes;
   };
   const std::string source = f->path();
-  return Checkpoint::from_tensors(source, std::move(infos), std::make_shared<Keep>(Keep{std::move(f), floats, bytes}));
+  return Checkpoint::from_tensors(source, std::move(infos), std::make_shared<Keep>(Keep{std::move(f), bytes}));
 }
 
 }  // namespace kestrel

@@ -1,9 +1,10 @@
 // Loading a GGUF file written by `kestrel convert` (or llama.cpp's converter, for the same
 // families) as a model: the architecture metadata becomes the ModelConfig the Qwen parser
 // validates, and the llama.cpp tensor names map back to the checkpoint names the architecture
-// asks for. BF16/F16/F32 tensors are used in place from the mapping; block-format tensors
-// (Q8_0, Q4_K, ...) are dequantized to F32 at load, since the backends have no quantized
-// matmul yet — so a quantized GGUF runs at F32 speed and memory, with the quantized values.
+// asks for. Tensors are used in place from the mapping in their stored dtype — BF16/F16/F32 or
+// a block format (Q8_0, Q4_K, ...), which WeightLoader keeps quantized for backends with kernels
+// for it and widens to F32 otherwise. Only checkpoint tensors reassembled from GGUF tensors of
+// different dtypes, or through a column permutation of a block format, are widened here.
 #pragma once
 
 #include <memory>

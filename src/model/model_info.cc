@@ -3,6 +3,8 @@
 #include <set>
 
 #include "cache/model_cache.h"
+#include "convert/gguf_model.h"
+#include "convert/gguf_names.h"
 #include "core/files.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -50,14 +52,37 @@ std::string layer_pattern(const std::vector<LayerKind>& kinds) {
   return out;
 }
 
-ModelInfo model_info(const std::string& dir, const MemoryPlanParams& plan) {
-  ModelInfo info;
-  info.dir = dir;
+namespace {
+
+// A GGUF file's config and text weights: the tensors the loader reads (llama.cpp's generated
+// rope_freqs and multi-token-prediction blocks are not), at their stored sizes — block formats
+// quantized, as the CPU backend keeps them.
+void gguf_info(const std::string& path, ModelInfo& info) {
+  const GgufFile f = GgufFile::open(path);
+  info.config = gguf_model_config(f);
+  info.architecture = "GGUF " + f.get_string("general.architecture");
+  const GgufLayout layout =
+      gguf_layout(info.config, [&](const std::string& gguf, const std::string&) { return f.find_tensor(gguf) != nullptr; });
+  std::set<std::string> used, dtypes;
+  for (const GgufTensorPlan& p : layout.tensors) {
+    const GgufTensor* t = f.find_tensor(p.name);
+    if (p.rows.empty() || !t || !used.insert(p.name).second) continue;
+    info.n_params += uint64_t(t->numel());
+    info.weight_bytes += t->nbytes;
+    dtypes.insert(std::string(ggml_type_name(t->type)));
+  }
+  for (const GgufTensor& t : f.tensors()) {
+    if (used.count(t.name)) continue;
+    ++info.n_other_tensors;
+    info.other_params += uint64_t(t.numel());
+  }
+  for (const auto& d : dtypes) info.weight_dtypes += (info.weight_dtypes.empty() ? "" : "+") + d;
+}
+
+void checkpoint_info(const std::string& dir, ModelInfo& info) {
   info.config = load_config(dir);
   info.architecture = read_architecture(dir, &info.text_model_type);
   const ModelConfig& cfg = info.config;
-  info.layer_pattern = layer_pattern(cfg.layer_kinds);
-
   Checkpoint ck = Checkpoint::open_dir(dir);
   // As load_model does: some checkpoints keep text weights at the top level under a wrapper config.
   std::string prefix = cfg.weight_prefix;
@@ -77,7 +102,17 @@ ModelInfo model_info(const std::string& dir, const MemoryPlanParams& plan) {
     }
   }
   for (const auto& d : dtypes) info.weight_dtypes += (info.weight_dtypes.empty() ? "" : "+") + d;
+}
 
+}  // namespace
+
+ModelInfo model_info(const std::string& dir, const MemoryPlanParams& plan) {
+  ModelInfo info;
+  info.dir = dir;
+  if (is_gguf_file(dir)) gguf_info(dir, info);
+  else checkpoint_info(dir, info);
+  const ModelConfig& cfg = info.config;
+  info.layer_pattern = layer_pattern(cfg.layer_kinds);
   info.plan = plan;
   const CacheCosts costs = cache_costs(cfg, plan.block_size);
   info.kv_bytes_per_token = costs.bytes_per_block / uint64_t(plan.block_size);

@@ -1,4 +1,4 @@
-// What `kestrel info` reports about a checkpoint directory, computed without loading weights:
+// What `kestrel info` reports about a checkpoint directory or GGUF file, computed without loading weights:
 // the parsed config, the parameter count from the tensor shapes, and the memory plan.
 #pragma once
 
@@ -18,7 +18,7 @@ struct MemoryPlanParams {
 
 struct ModelInfo {
   std::string dir;
-  std::string architecture;     // config.json "architectures"[0], or "" when absent
+  std::string architecture;     // config.json "architectures"[0] ("" when absent), or "GGUF <arch>"
   std::string text_model_type;  // text_config.model_type of a multimodal wrapper, or ""
   ModelConfig config;
   std::string layer_pattern;    // "3×linear_attention + full_attention, ×6"

@@ -1,14 +1,22 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/kernels.h"
+#include "quant/quant.h"
 
 namespace kestrel {
 
 CpuOps::CpuOps(DType activations) : activations_(activations) {
   KCHECK_MSG(activations == DType::kF32 || activations == DType::kF64, "CpuOps: activations must be F32 or F64, not ",
              dtype_name(activations));
+}
+
+bool CpuOps::supports_weight_dtype(DType dtype) const {
+  if (dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32) return true;
+  const std::optional<GgmlType> type = dtype_is_quantized(dtype) ? dtype_to_ggml(dtype) : std::nullopt;
+  return type && quant::has_kernels(*type);
 }
 
 Buffer CpuOps::alloc(DType dtype, int64_t rows, int64_t cols) { return host_buffer(dtype, rows, cols); }
@@ -28,13 +36,13 @@ void CpuOps::zero(const Tensor& t) {
 }
 
 void CpuOps::zero_rows(const Tensor& t, int64_t row) {
-  size_t row_bytes = size_t(t.cols) * dtype_size(t.dtype);
+  const size_t row_bytes = t.row_bytes();
   std::memset(static_cast<uint8_t*>(t.data) + size_t(row) * row_bytes, 0, row_bytes);
 }
 
 void CpuOps::copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row, int64_t n) {
   KCHECK(dst.cols == src.cols && dst.dtype == src.dtype && dst_row + n <= dst.rows && src_row + n <= src.rows);
-  const size_t row_bytes = size_t(dst.cols) * dtype_size(dst.dtype);
+  const size_t row_bytes = dst.row_bytes();
   std::memmove(static_cast<uint8_t*>(dst.data) + size_t(dst_row) * row_bytes,
                static_cast<const uint8_t*>(src.data) + size_t(src_row) * row_bytes, size_t(n) * row_bytes);
 }

@@ -13,6 +13,9 @@ class CpuOps final : public Ops {
   Device device() const override { return Device::kCpu; }
   const char* name() const override { return "cpu"; }
   DType activation_dtype() const override { return activations_; }
+  // BF16/F16/F32 and every block format: matmul (and so matmul_multi and moe_experts) dequantizes
+  // a tile of weight rows at a time; embed / embed_rows dequantize the rows they gather.
+  bool supports_weight_dtype(DType dtype) const override;
 
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override;
   Buffer upload(const Tensor& host) override;

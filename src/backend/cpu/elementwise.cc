@@ -2,9 +2,11 @@
 // argmax.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "core/thread_pool.h"
+#include "quant/quant.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -35,6 +37,19 @@ inline A inv_rms(const A* x, int64_t n, float eps) {
 template <typename T>
 void widen_row(const Tensor& t, int64_t row, T* dst) {
   const int64_t n = t.cols;
+  if (dtype_is_quantized(t.dtype)) {  // ggml's dequantize_row: what widening the file at load gives
+    const uint8_t* s = static_cast<const uint8_t*>(t.data) + size_t(row) * t.row_bytes();
+    const GgmlType type = *dtype_to_ggml(t.dtype);
+    if constexpr (std::is_same_v<T, float>) {
+      quant::dequantize_row(type, s, n, dst);
+    } else {
+      thread_local std::vector<float> scratch;  // [n]
+      if (scratch.size() < size_t(n)) scratch.resize(size_t(n));
+      quant::dequantize_row(type, s, n, scratch.data());
+      for (int64_t i = 0; i < n; ++i) dst[i] = scratch[size_t(i)];
+    }
+    return;
+  }
   switch (t.dtype) {
     case DType::kF32: {
       const float* s = t.as<const float>() + row * n;

@@ -38,7 +38,8 @@ void with_act(const Tensor& t, F&& f) {
 
 // Reads element i of a BF16/F16/F32 row as float.
 float load_element(const Tensor& t, int64_t row, int64_t col);
-// Copies row `row` of a BF16/F16/F32 tensor (or an F64 one into a double row) into dst.
+// Copies row `row` of a BF16/F16/F32 tensor (or an F64 one into a double row) into dst; a
+// block-format row (Q8_0 ...) is dequantized (ggml's dequantize_row, then widened for double).
 void load_row(const Tensor& t, int64_t row, float* dst);
 void load_row(const Tensor& t, int64_t row, double* dst);
 

@@ -4,6 +4,12 @@
 // double in four 4-wide vectors, a fixed reduction tree, then the tail), whatever T is and
 // however the rows are grouped, so a row's result never depends on the rest of the batch. Rows go through
 // in groups of 4 so each weight row loaded from memory serves 4 dot products.
+//
+// Block-format weights (Q8_0 ... MXFP4) are dequantized a tile of rows at a time into a per-thread
+// float scratch (ggml's dequantize_row: the values widening the file to F32 at load gives) and
+// dotted by the very routine F32 weights use, so a quantized model computes bit for bit what the
+// same file widened to F32 would. Each weight row is dequantized once per call. The scratch is
+// float in the float64 oracle mode too: F32 weights there are floats widened inside the dot.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -11,6 +17,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/thread_pool.h"
+#include "quant/quant.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -81,6 +88,17 @@ inline void dot_rows(const A* const* x, const W* w, int64_t n, A* out) {
   }
 }
 
+// R rows of x against one weight row, R = min(4, rows left).
+template <typename W, bool kF16 = false, typename A>
+inline void dot_upto4(const A* const* rows, int R, const W* w, int64_t n, A* res) {
+  switch (R) {
+    case 4: dot_rows<4, W, kF16>(rows, w, n, res); break;
+    case 3: dot_rows<3, W, kF16>(rows, w, n, res); break;
+    case 2: dot_rows<2, W, kF16>(rows, w, n, res); break;
+    default: dot_rows<1, W, kF16>(rows, w, n, res); break;
+  }
+}
+
 template <typename A, typename W, bool kF16 = false>
 void matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
   const int64_t T = x.rows, K = x.cols, N = w.rows;
@@ -95,14 +113,41 @@ void matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
                           xs + std::min(t + 3, T - 1) * K};
       for (int64_t n = n0; n < n1; ++n) {
         A res[4] = {0, 0, 0, 0};
-        const W* wr = ws + n * K;
-        switch (R) {
-          case 4: dot_rows<4, W, kF16>(rows, wr, K, res); break;
-          case 3: dot_rows<3, W, kF16>(rows, wr, K, res); break;
-          case 2: dot_rows<2, W, kF16>(rows, wr, K, res); break;
-          default: dot_rows<1, W, kF16>(rows, wr, K, res); break;
-        }
+        dot_upto4<W, kF16>(rows, R, ws + n * K, K, res);
         for (int r = 0; r < R; ++r) os[(t + r) * N + n] = res[r];
+      }
+    }
+  }, 8);
+}
+
+// Weight rows dequantized per tile: kQuantTile rows of K floats stay in cache while every row of
+// x passes over them.
+constexpr int64_t kQuantTile = 8;
+
+template <typename A>
+void matmul_quant_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
+  const int64_t T = x.rows, K = x.cols, N = w.rows;
+  const GgmlType type = *dtype_to_ggml(w.dtype);
+  const size_t row_bytes = w.row_bytes();
+  const A* xs = act<A>(x);
+  A* os = act<A>(out);
+  const uint8_t* ws = static_cast<const uint8_t*>(w.data);
+  ThreadPool::global().parallel_for(N, [&](int64_t n0, int64_t n1) {
+    thread_local std::vector<float> scratch;  // [kQuantTile, K] dequantized weight rows
+    if (scratch.size() < size_t(kQuantTile * K)) scratch.resize(size_t(kQuantTile * K));
+    for (int64_t nt = n0; nt < n1; nt += kQuantTile) {
+      const int64_t nn = std::min(kQuantTile, n1 - nt);
+      for (int64_t i = 0; i < nn; ++i)
+        quant::dequantize_row(type, ws + size_t(nt + i) * row_bytes, K, scratch.data() + i * K);
+      for (int64_t t = 0; t < T; t += 4) {
+        const int R = int(std::min<int64_t>(4, T - t));
+        const A* rows[4] = {xs + t * K, xs + std::min(t + 1, T - 1) * K, xs + std::min(t + 2, T - 1) * K,
+                            xs + std::min(t + 3, T - 1) * K};
+        for (int64_t i = 0; i < nn; ++i) {
+          A res[4] = {0, 0, 0, 0};
+          dot_upto4<float>(rows, R, scratch.data() + i * K, K, res);
+          for (int r = 0; r < R; ++r) os[(t + r) * N + nt + i] = res[r];
+        }
       }
     }
   }, 8);
@@ -145,7 +190,10 @@ void matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
       case DType::kBF16: matmul_impl<A, uint16_t>(out, x, w); break;
       case DType::kF16: matmul_impl<A, uint16_t, true>(out, x, w); break;
       case DType::kF32: matmul_impl<A, float>(out, x, w); break;
-      default: KCHECK_MSG(false, "matmul: unsupported weight dtype ", dtype_name(w.dtype));
+      default:
+        KCHECK_MSG(dtype_is_quantized(w.dtype), "matmul: unsupported weight dtype ", dtype_name(w.dtype));
+        matmul_quant_impl<A>(out, x, w);
+        break;
     }
   });
 }

@@ -70,12 +70,12 @@ void Gemma4Model::load_attention(WeightLoader& wl, int l, const std::string& p, 
   const AttentionConfig& a = cfg_.attn_for(l);
   const int64_t H = cfg_.hidden_size, hd = a.head_dim, qw = int64_t(a.n_heads) * hd, kvw = int64_t(a.n_kv_heads) * hd;
   auto& w = layer.attn;
-  w.q = wl.matrix(p + "q_proj.weight", qw, H);
+  w.q = wl.op_weight(p + "q_proj.weight", qw, H);
   w.q_norm = norm(wl, p + "q_norm.weight", hd);
-  w.o = wl.matrix(p + "o_proj.weight", H, qw);
+  w.o = wl.op_weight(p + "o_proj.weight", H, qw);
   if (cfg_.kv_source(l) != l) return;  // KV-shared: no k/v projections of its own
-  w.k = wl.matrix(p + "k_proj.weight", kvw, H);
-  if (!a.k_eq_v) w.v = wl.matrix(p + "v_proj.weight", kvw, H);
+  w.k = wl.op_weight(p + "k_proj.weight", kvw, H);
+  if (!a.k_eq_v) w.v = wl.op_weight(p + "v_proj.weight", kvw, H);
   w.k_norm = norm(wl, p + "k_norm.weight", hd);
 }
 
@@ -83,14 +83,14 @@ void Gemma4Model::load_moe(WeightLoader& wl, const std::string& p, Gemma4Layer& 
   const auto& m = cfg_.moe;
   const int64_t H = cfg_.hidden_size, E = m.n_experts, F = m.expert_ffn;
   layer.moe = true;
-  layer.router = wl.matrix(p + "router.proj.weight", E, H);
+  layer.router = wl.op_weight(p + "router.proj.weight", E, H);
   const float root = float(1.0 / std::sqrt(double(H)));
   layer.router_norm = wl.f32(p + "router.scale", {H}, [root](float s) { return s * root; });
   layer.experts.expert_scale = wl.f32(p + "router.per_expert_scale", {E});
   layer.experts.act = Activation::kGeluTanh;
   // gate_up_proj [E, 2F, H]: expert e's gate is rows [0, F) of its slice, up rows [F, 2F).
-  Tensor gate_up = wl.stacked(p + "experts.gate_up_proj", E, 2 * F, H);
-  Tensor down = wl.stacked(p + "experts.down_proj", E, H, F);
+  Tensor gate_up = wl.op_weight_stack(p + "experts.gate_up_proj", E, 2 * F, H);
+  Tensor down = wl.op_weight_stack(p + "experts.down_proj", E, H, F);
   for (int64_t e = 0; e < E; ++e) {
     layer.experts.gate.push_back(gate_up.rows_slice(e * 2 * F, F));
     layer.experts.up.push_back(gate_up.rows_slice(e * 2 * F + F, F));
@@ -103,12 +103,12 @@ void Gemma4Model::load_moe(WeightLoader& wl, const std::string& p, Gemma4Layer& 
 
 Gemma4Model::Gemma4Model(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.ops()) {
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size, P = cfg.per_layer_input_dim, L = cfg.n_layers;
-  embed_ = wl.matrix("embed_tokens.weight", V, H);
+  embed_ = wl.op_weight("embed_tokens.weight", V, H);
   final_norm_ = norm(wl, "norm.weight", H);
-  lm_head_ = cfg.tie_embeddings ? embed_ : wl.matrix("lm_head.weight", V, H, /*raw=*/true);
+  lm_head_ = cfg.tie_embeddings ? embed_ : wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
   if (P > 0) {
-    ple_embed_ = wl.matrix("embed_tokens_per_layer.weight", cfg.per_layer_vocab, L * P);
-    ple_model_proj_ = wl.matrix("per_layer_model_projection.weight", L * P, H);
+    ple_embed_ = wl.op_weight("embed_tokens_per_layer.weight", cfg.per_layer_vocab, L * P);
+    ple_model_proj_ = wl.op_weight("per_layer_model_projection.weight", L * P, H);
     ple_norm_ = norm(wl, "per_layer_projection_norm.weight", P);
   }
   layers_.resize(size_t(L));
@@ -122,12 +122,14 @@ Gemma4Model::Gemma4Model(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, 
     layer.post_ff_norm = norm(wl, p + "post_feedforward_layernorm.weight", H);
     load_attention(wl, l, p + "self_attn.", layer);
     const int64_t F = cfg.ffn_for(l);
-    layer.mlp = {.gate = wl.matrix(p + "mlp.gate_proj.weight", F, H), .up = wl.matrix(p + "mlp.up_proj.weight", F, H),
-                 .down = wl.matrix(p + "mlp.down_proj.weight", H, F), .act = Activation::kGeluTanh};
+    layer.mlp = {.gate = wl.op_weight(p + "mlp.gate_proj.weight", F, H),
+                 .up = wl.op_weight(p + "mlp.up_proj.weight", F, H),
+                 .down = wl.op_weight(p + "mlp.down_proj.weight", H, F),
+                 .act = Activation::kGeluTanh};
     if (cfg.layer_moe[size_t(l)]) load_moe(wl, p, layer);
     if (P > 0) {
-      layer.ple_gate = wl.matrix(p + "per_layer_input_gate.weight", P, H);
-      layer.ple_proj = wl.matrix(p + "per_layer_projection.weight", H, P);
+      layer.ple_gate = wl.op_weight(p + "per_layer_input_gate.weight", P, H);
+      layer.ple_proj = wl.op_weight(p + "per_layer_projection.weight", H, P);
       layer.post_ple_norm = norm(wl, p + "post_per_layer_input_norm.weight", H);
     }
     layer.layer_scalar = wl.has(p + "layer_scalar") ? wl.scalar(p + "layer_scalar") : 1.0f;

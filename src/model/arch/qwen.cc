@@ -50,8 +50,9 @@ Tensor QwenModel::norm(WeightLoader& wl, const std::string& name, int64_t n) con
 
 MlpWeights QwenModel::mlp(WeightLoader& wl, const std::string& p, int64_t ffn) const {
   const int64_t H = cfg_.hidden_size;
-  return {.gate = wl.matrix(p + "gate_proj.weight", ffn, H), .up = wl.matrix(p + "up_proj.weight", ffn, H),
-          .down = wl.matrix(p + "down_proj.weight", H, ffn)};
+  return {.gate = wl.op_weight(p + "gate_proj.weight", ffn, H),
+          .up = wl.op_weight(p + "up_proj.weight", ffn, H),
+          .down = wl.op_weight(p + "down_proj.weight", H, ffn)};
 }
 
 void QwenModel::load_attention(WeightLoader& wl, const std::string& p, QwenLayer& layer) const {
@@ -67,14 +68,14 @@ void QwenModel::load_attention(WeightLoader& wl, const std::string& p, QwenLayer
         g_rows.push_back(h * 2 * hd + hd + i);
       }
     }
-    w.q = wl.gather_rows(p + "q_proj.weight", 2 * qw, H, q_rows);
-    w.gate = wl.gather_rows(p + "q_proj.weight", 2 * qw, H, g_rows);
+    w.q = wl.op_weight_rows(p + "q_proj.weight", 2 * qw, H, q_rows);
+    w.gate = wl.op_weight_rows(p + "q_proj.weight", 2 * qw, H, g_rows);
   } else {
-    w.q = wl.matrix(p + "q_proj.weight", qw, H);
+    w.q = wl.op_weight(p + "q_proj.weight", qw, H);
   }
-  w.k = wl.matrix(p + "k_proj.weight", kvw, H);
-  w.v = wl.matrix(p + "v_proj.weight", kvw, H);
-  w.o = wl.matrix(p + "o_proj.weight", H, qw);
+  w.k = wl.op_weight(p + "k_proj.weight", kvw, H);
+  w.v = wl.op_weight(p + "v_proj.weight", kvw, H);
+  w.o = wl.op_weight(p + "o_proj.weight", H, qw);
   w.q_norm = norm(wl, p + "q_norm.weight", hd);
   w.k_norm = norm(wl, p + "k_norm.weight", hd);
 }
@@ -97,8 +98,8 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
       for (int64_t e = 0; e < r * dv; ++e) qkv_rows.push_back(i * group + 2 * dk + e);
     for (int64_t i = 0; i < nk; ++i)
       for (int64_t e = 0; e < r * dv; ++e) z_rows.push_back(i * group + 2 * dk + r * dv + e);
-    w.qkv = wl.gather_rows(p + "in_proj_qkvz.weight", nk * group, H, qkv_rows);
-    w.z = wl.gather_rows(p + "in_proj_qkvz.weight", nk * group, H, z_rows);
+    w.qkv = wl.op_weight_rows(p + "in_proj_qkvz.weight", nk * group, H, qkv_rows);
+    w.z = wl.op_weight_rows(p + "in_proj_qkvz.weight", nk * group, H, z_rows);
     // in_proj_ba: per key head i, [b_i (r), a_i (r)].
     std::vector<int64_t> b_rows, a_rows;
     for (int64_t i = 0; i < nk; ++i) {
@@ -107,13 +108,13 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
         a_rows.push_back(i * 2 * r + r + e);
       }
     }
-    w.b = wl.gather_rows(p + "in_proj_ba.weight", nk * 2 * r, H, b_rows);
-    w.a = wl.gather_rows(p + "in_proj_ba.weight", nk * 2 * r, H, a_rows);
+    w.b = wl.op_weight_rows(p + "in_proj_ba.weight", nk * 2 * r, H, b_rows);
+    w.a = wl.op_weight_rows(p + "in_proj_ba.weight", nk * 2 * r, H, a_rows);
   } else {
-    w.qkv = wl.matrix(p + "in_proj_qkv.weight", C, H);
-    w.z = wl.matrix(p + "in_proj_z.weight", nv * dv, H);
-    w.b = wl.matrix(p + "in_proj_b.weight", nv, H);
-    w.a = wl.matrix(p + "in_proj_a.weight", nv, H);
+    w.qkv = wl.op_weight(p + "in_proj_qkv.weight", C, H);
+    w.z = wl.op_weight(p + "in_proj_z.weight", nv * dv, H);
+    w.b = wl.op_weight(p + "in_proj_b.weight", nv, H);
+    w.a = wl.op_weight(p + "in_proj_a.weight", nv, H);
   }
   w.conv = wl.f32(p + "conv1d.weight", {C, 1, g.conv_kernel}, {}, true);
   w.conv = w.conv.reshaped(C, g.conv_kernel);
@@ -123,17 +124,17 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
   else w.a_neg = wl.f32(p + "A_log", {nv}, [](float x) { return -std::exp(x); });
   w.dt_bias = wl.f32(p + "dt_bias", {nv});
   w.norm = wl.f32(p + "norm.weight", {dv});  // gated RMSNorm: plain weight, never zero-centred
-  w.out = wl.matrix(p + "out_proj.weight", H, nv * dv);
+  w.out = wl.op_weight(p + "out_proj.weight", H, nv * dv);
 }
 
 QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.ops()) {
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
-  embed_ = wl.matrix("embed_tokens.weight", V, H);
+  embed_ = wl.op_weight("embed_tokens.weight", V, H);
   final_norm_ = norm(wl, "norm.weight", H);
   if (cfg.tie_embeddings) {
     lm_head_ = embed_;
   } else {
-    lm_head_ = wl.matrix("lm_head.weight", V, H, /*raw=*/true);
+    lm_head_ = wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
   }
   layers_.resize(size_t(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -154,7 +155,7 @@ QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.o
     }
     const auto& m = cfg.moe;
     auto& mw = layer.moe_w;
-    mw.router = wl.matrix(p + "mlp.gate.weight", m.n_experts, H);
+    mw.router = wl.op_weight(p + "mlp.gate.weight", m.n_experts, H);
     for (int e = 0; e < m.n_experts; ++e) {
       MlpWeights ex = mlp(wl, p + "mlp.experts." + std::to_string(e) + ".", m.expert_ffn);
       mw.experts.gate.push_back(ex.gate);
@@ -163,7 +164,7 @@ QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.o
     }
     if (m.shared_ffn > 0) {
       mw.shared = mlp(wl, p + "mlp.shared_expert.", m.shared_ffn);
-      if (m.shared_gate) mw.shared_gate = wl.matrix(p + "mlp.shared_expert_gate.weight", 1, H);
+      if (m.shared_gate) mw.shared_gate = wl.op_weight(p + "mlp.shared_expert_gate.weight", 1, H);
     }
   }
   n_params_ = wl.loaded_params();

@@ -80,9 +80,9 @@ HyperWeights Qwen4ExpModel::hyper(WeightLoader& wl, const std::string& p, bool i
   const int64_t HC = int64_t(cfg_.q4.hc_count) * cfg_.hidden_size, r = cfg_.q4.hc_lowrank;
   HyperWeights w;
   w.norm = norm(wl, p + "hc_norm.weight", HC);
-  w.down = wl.matrix(p + "input_mix_weight_down.weight", r, HC);
-  w.up = wl.matrix(p + "input_mix_weight_up.weight", HC, r);
-  if (inject) w.inject = wl.matrix(p + "block_inject_weight.weight", cfg_.q4.hc_count, HC);
+  w.down = wl.op_weight(p + "input_mix_weight_down.weight", r, HC);
+  w.up = wl.op_weight(p + "input_mix_weight_up.weight", HC, r);
+  if (inject) w.inject = wl.op_weight(p + "block_inject_weight.weight", cfg_.q4.hc_count, HC);
   return w;
 }
 
@@ -98,16 +98,17 @@ void Qwen4ExpModel::load_attention(WeightLoader& wl, const std::string& p, Qwen4
       g_rows.push_back(h * 2 * hd + hd + i);
     }
   }
-  w.q = wl.gather_rows(p + "q_proj.weight", 2 * qw, H, q_rows);
-  w.gate = wl.gather_rows(p + "q_proj.weight", 2 * qw, H, g_rows);
-  w.k = wl.matrix(p + "k_proj.weight", kvw, H);
-  w.v = wl.matrix(p + "v_proj.weight", kvw, H);
-  w.o = wl.matrix(p + "o_proj.weight", H, qw);
+  w.q = wl.op_weight_rows(p + "q_proj.weight", 2 * qw, H, q_rows);
+  w.gate = wl.op_weight_rows(p + "q_proj.weight", 2 * qw, H, g_rows);
+  w.k = wl.op_weight(p + "k_proj.weight", kvw, H);
+  w.v = wl.op_weight(p + "v_proj.weight", kvw, H);
+  w.o = wl.op_weight(p + "o_proj.weight", H, qw);
   w.q_norm = norm(wl, p + "q_norm.weight", hd);
   w.k_norm = norm(wl, p + "k_norm.weight", hd);
   const auto& q = cfg_.q4;
   const int64_t d = q.index_head_dim, nq = int64_t(q.index_heads) * d;
-  Tensor qk = wl.matrix(p + "indexer.index_qk_proj.weight", nq + d, H);  // [query heads | one key head]
+  // [query heads | one key head], split into row ranges (whole rows of blocks for a block format)
+  Tensor qk = wl.op_weight(p + "indexer.index_qk_proj.weight", nq + d, H);
   layer.index_q = qk.rows_slice(0, nq);
   layer.index_k = qk.rows_slice(nq, d);
   layer.index_q_norm = norm(wl, p + "indexer.q_layernorm.weight", d);
@@ -118,26 +119,27 @@ void Qwen4ExpModel::load_deltanet(WeightLoader& wl, const std::string& p, Qwen4L
   const auto& g = cfg_.gdn;
   const int64_t H = cfg_.hidden_size, nv = g.n_v_heads, dv = g.v_head_dim, C = g.conv_dim();
   auto& w = layer.gdn;
-  w.qkv = wl.matrix(p + "in_proj_qkv.weight", C, H);
-  w.z = wl.matrix(p + "in_proj_z.weight", nv * dv, H);
-  w.b = wl.matrix(p + "in_proj_b.weight", nv, H);
-  w.a = wl.matrix(p + "in_proj_a.weight", nv, H);
+  w.qkv = wl.op_weight(p + "in_proj_qkv.weight", C, H);
+  w.z = wl.op_weight(p + "in_proj_z.weight", nv * dv, H);
+  w.b = wl.op_weight(p + "in_proj_b.weight", nv, H);
+  w.a = wl.op_weight(p + "in_proj_a.weight", nv, H);
   w.conv = wl.f32(p + "conv1d.weight", {C, 1, g.conv_kernel}, {}, true).reshaped(C, g.conv_kernel);
   w.a_neg = wl.f32(p + "A_log", {nv}, [](float x) { return -std::exp(x); });
   w.dt_bias = wl.f32(p + "dt_bias", {nv});
   w.norm = wl.f32(p + "norm.weight", {dv});  // the gated norm's weight is plain
-  w.out = wl.matrix(p + "out_proj.weight", H, nv * dv);
+  w.out = wl.op_weight(p + "out_proj.weight", H, nv * dv);
 }
 
 void Qwen4ExpModel::load_moe(WeightLoader& wl, const std::string& p, Qwen4Layer& layer) const {
   const auto& m = cfg_.moe;
   const int64_t H = cfg_.hidden_size;
   auto mlp = [&](const std::string& q, int64_t F) {
-    return MlpWeights{.gate = wl.matrix(q + "gate_proj.weight", F, H), .up = wl.matrix(q + "up_proj.weight", F, H),
-                      .down = wl.matrix(q + "down_proj.weight", H, F)};
+    return MlpWeights{.gate = wl.op_weight(q + "gate_proj.weight", F, H),
+                      .up = wl.op_weight(q + "up_proj.weight", F, H),
+                      .down = wl.op_weight(q + "down_proj.weight", H, F)};
   };
   auto& mw = layer.moe;
-  mw.router = wl.matrix(p + "gate.weight", m.n_experts, H);
+  mw.router = wl.op_weight(p + "gate.weight", m.n_experts, H);
   for (int e = 0; e < m.n_experts; ++e) {
     MlpWeights ex = mlp(p + "experts." + std::to_string(e) + ".", m.expert_ffn);
     mw.experts.gate.push_back(ex.gate);
@@ -145,7 +147,7 @@ void Qwen4ExpModel::load_moe(WeightLoader& wl, const std::string& p, Qwen4Layer&
     mw.experts.down.push_back(ex.down);
   }
   mw.shared = mlp(p + "shared_expert.", m.shared_ffn);
-  mw.shared_gate = wl.matrix(p + "shared_expert_gate.weight", 1, H);
+  mw.shared_gate = wl.op_weight(p + "shared_expert_gate.weight", 1, H);
 }
 
 void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer& layer) const {
@@ -168,7 +170,7 @@ void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer&
   // The table is stored in split_ngram_parts row shards (or whole); the rows add up to the padded size.
   int64_t rows = 0;
   if (wl.has(e + "ngram_embedding.weight")) {
-    w.table.push_back(wl.matrix(e + "ngram_embedding.weight", w.hash.padded_rows, D));
+    w.table.push_back(wl.op_weight(e + "ngram_embedding.weight", w.hash.padded_rows, D));
     rows = w.hash.padded_rows;
   } else {
     if (w.hash.padded_rows % q.ngram_shards != 0)
@@ -176,13 +178,14 @@ void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer&
                 q.ngram_shards, " shards");
     const int64_t per = w.hash.padded_rows / q.ngram_shards;
     for (int s = 0; s < q.ngram_shards; ++s) {
-      w.table.push_back(wl.matrix(e + "ngram_embedding.shard_" + std::to_string(s) + ".weight", per, D));
+      const std::string shard = e + "ngram_embedding.shard_" + std::to_string(s) + ".weight";
+      w.table.push_back(wl.op_weight(shard, per, D));
       rows += per;
     }
   }
   KCHECK(rows == w.hash.padded_rows);
-  w.key_proj = wl.matrix(p + "key_proj.weight", HC, E);
-  w.value_proj = wl.matrix(p + "value_proj.weight", H, E);
+  w.key_proj = wl.op_weight(p + "key_proj.weight", HC, E);
+  w.value_proj = wl.op_weight(p + "value_proj.weight", H, E);
   w.norm_key = norm(wl, p + "norm_key.weight", HC);
   w.norm_query = norm(wl, p + "norm_query.weight", HC);
   w.norm_conv = norm(wl, p + "norm_conv.weight", HC);
@@ -191,8 +194,8 @@ void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer&
 
 Qwen4ExpModel::Qwen4ExpModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.ops()) {
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
-  embed_ = wl.matrix("embed_tokens.weight", V, H);
-  lm_head_ = cfg.tie_embeddings ? embed_ : wl.matrix("lm_head.weight", V, H, /*raw=*/true);
+  embed_ = wl.op_weight("embed_tokens.weight", V, H);
+  lm_head_ = cfg.tie_embeddings ? embed_ : wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
   mixer_ = hyper(wl, "hyper_connection_mixer.", /*inject=*/false);
   layers_.resize(size_t(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {

@@ -195,6 +195,17 @@ const char* matmul_precision_name(MatmulPrecision p) {
   return "?";
 }
 
+bool CudaOps::supports_weight_dtype(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16: case DType::kF16: case DType::kF32:
+    case DType::kQ8_0: case DType::kQ5_0: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K:
+    case DType::kQ6_K: case DType::kMXFP4:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
   KCHECK(rows >= 0 && cols >= 0);
   const size_t bytes = size_t(rows) * dtype_row_bytes(dtype, cols);

@@ -42,6 +42,9 @@ class CudaOps final : public Ops {
   bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override;  // cudaMemGetInfo
   std::string device_fault() const override;  // an error the stream reports (sticky: illegal address, ...)
 
+  // BF16/F16/F32 and all seven ggml block formats (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4).
+  bool supports_weight_dtype(DType dtype) const override;
+
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override;
   Buffer upload(const Tensor& host) override;
   void to_host(const Tensor& src, void* dst) override;

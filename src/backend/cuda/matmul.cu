@@ -1,6 +1,12 @@
-// matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32, F32 out.
+// matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32 or a ggml
+// block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
-// Two paths:
+// Block formats run the same GEMV code with each 8 weights decoded in registers to ggml's
+// dequantized values (quant_blocks.cuh), one kernel for all formats (gemv_multi_quant_kernel),
+// so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
+// BF16 in tiles of at most 64 MiB and runs the BF16 cuBLAS path (matmul_quant).
+//
+// Plain dtypes take two paths:
 //  - small T (decode, T <= kGemvMaxRows), F16 weights, MatmulPrecision::kExact and deterministic
 //    mode (any T): GEMV kernels, each warp four output columns, F32 activations times the weights
 //    as stored, F32 accumulation. They read each weight row once per group of up to 8 rows
@@ -13,7 +19,7 @@
 //    1 term is plain BF16 activations. Up to 256 rows the terms are stacked into one GEMM (the
 //    weights read once); beyond, one GEMM per term. See docs/cuda.md for what each costs in parity and time.
 //    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
-#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -29,13 +35,14 @@ constexpr int kGemv1Cols = 4;
 // exactly the same code for each of its matrices).
 template <typename W>
 __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const float* __restrict__ x,
-                                            const W* __restrict__ w, int64_t K, int64_t N, int64_t block) {
+                                            const void* __restrict__ w, int64_t K, int64_t N, int64_t block) {
+  using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
   const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
   if (n0 >= N) return;
-  const W* wr[kGemv1Cols];
+  typename Rows::Row wr[kGemv1Cols];
 #pragma unroll
-  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // tail: read, drop
+  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
   float acc[kGemv1Cols] = {};
 #pragma unroll 2
   for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
@@ -43,7 +50,7 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const float
     const float4 b = *reinterpret_cast<const float4*>(x + k + 4);
     float wf[kGemv1Cols][8];
 #pragma unroll
-    for (int c = 0; c < kGemv1Cols; ++c) load8(wr[c] + k, wf[c]);
+    for (int c = 0; c < kGemv1Cols; ++c) Rows::load8(wr[c], k, wf[c]);
 #pragma unroll
     for (int c = 0; c < kGemv1Cols; ++c)
       acc[c] += dot8(a, b, wf[c]);
@@ -60,7 +67,7 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
                              const float* __restrict__ x,  // [1, K]
                              const W* __restrict__ w,      // [N, K]
                              int64_t K, int64_t N) {
-  gemv1_block(out, x, w, K, N, blockIdx.x);
+  gemv1_block<W>(out, x, w, K, N, blockIdx.x);
 }
 
 // R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
@@ -71,13 +78,14 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
 constexpr int kGemvTileK = 1024;
 template <typename W, int R>
 __device__ __forceinline__ void gemv_rows_block(float* __restrict__ out, const float* __restrict__ x,
-                                                const W* __restrict__ w, int64_t K, int64_t N, int64_t block,
+                                                const void* __restrict__ w, int64_t K, int64_t N, int64_t block,
                                                 float* __restrict__ xs) {  // shared [R * kGemvTileK]
+  using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
   const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
-  const W* wr[kGemv1Cols];
+  typename Rows::Row wr[kGemv1Cols];
 #pragma unroll
-  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = w + (n0 + c < N ? n0 + c : N - 1) * K;  // tail: read, drop
+  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
   float acc[R][kGemv1Cols];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -96,7 +104,7 @@ __device__ __forceinline__ void gemv_rows_block(float* __restrict__ out, const f
     for (int k = lane * 8; k < len; k += 256) {
       float wf[kGemv1Cols][8];
 #pragma unroll
-      for (int c = 0; c < kGemv1Cols; ++c) load8(wr[c] + kt + k, wf[c]);
+      for (int c = 0; c < kGemv1Cols; ++c) Rows::load8(wr[c], kt + k, wf[c]);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float4 a = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k);
@@ -136,6 +144,7 @@ struct MultiTargets {
   float* out[kMultiMax];
   int64_t n[kMultiMax];
   int64_t block_end[kMultiMax];
+  DType dtype[kMultiMax];  // block formats: each matrix its own (gemv_multi_quant_kernel)
   int count;
 };
 
@@ -144,12 +153,56 @@ __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, i
   int m = 0;
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
-  const W* w = static_cast<const W*>(t.w[m]);
+  const void* w = t.w[m];
   if constexpr (R == 1) {
-    gemv1_block(t.out[m], x, w, K, t.n[m], block);
+    gemv1_block<W>(t.out[m], x, w, K, t.n[m], block);
   } else {
     __shared__ __align__(16) float xs[R * kGemvTileK];
     gemv_rows_block<W, R>(t.out[m], x, w, K, t.n[m], block, xs);
+  }
+}
+
+// The block-format GEMV: as gemv_multi_kernel, each matrix decoded by its own format's load8
+// (a branch uniform over the block), so a Q4_K_M layer's Q4_K and Q6_K projections share one
+// launch, and matmul of one block-format matrix is this kernel with one target.
+template <typename Q, int R>
+__device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, const float* __restrict__ x, int64_t K,
+                                                 int64_t block, float* __restrict__ xs) {
+  if constexpr (R == 1) gemv1_block<Q>(t.out[m], x, t.w[m], K, t.n[m], block);
+  else gemv_rows_block<Q, R>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+}
+
+template <int R>
+__global__ void gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
+  int m = 0;
+  while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
+  const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
+  __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
+  switch (t.dtype[m]) {
+    case DType::kQ8_0: gemv_quant_block<QQ8_0, R>(t, m, x, K, block, xs); break;
+    case DType::kQ5_0: gemv_quant_block<QQ5_0, R>(t, m, x, K, block, xs); break;
+    case DType::kQ5_1: gemv_quant_block<QQ5_1, R>(t, m, x, K, block, xs); break;
+    case DType::kQ4_K: gemv_quant_block<QQ4_K, R>(t, m, x, K, block, xs); break;
+    case DType::kQ5_K: gemv_quant_block<QQ5_K, R>(t, m, x, K, block, xs); break;
+    case DType::kQ6_K: gemv_quant_block<QQ6_K, R>(t, m, x, K, block, xs); break;
+    default: gemv_quant_block<QMXFP4, R>(t, m, x, K, block, xs); break;
+  }
+}
+
+// Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K] (each element
+// ggml's dequantized value, rounded to BF16): the prefill path's weight tile.
+__global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ dst,  // [rows, K]
+                                       const uint8_t* __restrict__ w,    // [N, row_bytes]
+                                       DType dt, size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
+  const int64_t groups = rows * (K / 8);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / (K / 8), k = (i - r * (K / 8)) * 8;
+    float f[8];
+    load8_block(dt, w + size_t(row0 + r) * row_bytes, k, f);
+    __nv_bfloat162 h[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+    *reinterpret_cast<uint4*>(dst + r * K + k) = *reinterpret_cast<const uint4*>(h);
   }
 }
 
@@ -282,6 +335,69 @@ void launch_cublas_f32(const Context& ctx, float* out, const float* x, const flo
                            &beta, out, int(N)));
 }
 
+void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                       int64_t K) {
+  const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
+  switch (T) {
+    case 1: gemv_multi_quant_kernel<1><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 2: gemv_multi_quant_kernel<2><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 3: gemv_multi_quant_kernel<3><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 4: gemv_multi_quant_kernel<4><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 5: gemv_multi_quant_kernel<5><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 6: gemv_multi_quant_kernel<6><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 7: gemv_multi_quant_kernel<7><<<grid, block, 0, stream>>>(mt, x, K); break;
+    default: gemv_multi_quant_kernel<8><<<grid, block, 0, stream>>>(mt, x, K); break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows.
+constexpr size_t kDequantTileBytes = size_t(64) << 20;
+
+// Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, deterministic
+// mode), or (prefill) the weight dequantized to BF16 a tile of rows at a time and cuBLAS as in
+// launch_cublas_bf16's per-term path, each tile writing its column range of out.
+void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only) {
+  const int64_t T = x.rows, K = x.cols, N = w.rows;
+  KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
+             " weights need 16-byte aligned x and weight rows");
+  if (T <= kGemvMaxRows || gemv_only) {
+    MultiTargets mt{};
+    mt.count = 1;
+    mt.w[0] = w.data;
+    mt.n[0] = N;
+    mt.dtype[0] = w.dtype;
+    mt.block_end[0] = ceil_div(N, kGemvWarps * kGemv1Cols);
+    for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+      mt.out[0] = out.f32() + r0 * N;
+      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, std::min<int64_t>(kGemvMaxRows, T - r0), K);
+    }
+    return;
+  }
+  const int n_terms = ctx.matmul_precision == MatmulPrecision::kBf16     ? 1
+                      : ctx.matmul_precision == MatmulPrecision::kBf16x2 ? 2
+                                                                         : 3;
+  auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(n_terms)));
+  split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
+      terms, x.f32(), T * K, n_terms);
+  CUDA_CHECK_LAUNCH();
+  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
+  auto* wt = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, size_t(tile_rows * K) * 2));
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t n0 = 0; n0 < N; n0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, N - n0);
+    dequantize_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
+                             ctx.stream>>>(wt, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0, rows,
+                                           K);
+    CUDA_CHECK_LAUNCH();
+    for (int j = 0; j < n_terms; ++j) {
+      CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(T), int(K), &one, wt,
+                                CUDA_R_16BF, int(K), terms + j * T * K, CUDA_R_16BF, int(K), j == 0 ? &zero : &one,
+                                out.f32() + n0, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+}
+
 }  // namespace
 
 void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w) {
@@ -300,6 +416,10 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
   // cuBLAS picks its algorithm (tiling, split-K) by shape, so a row's bits there depend on T:
   // deterministic mode keeps to the GEMV kernels, whose rows do not.
   const bool gemv_only = ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
+  if (dtype_is_quantized(w.dtype)) {
+    matmul_quant(ctx, out, x, w, gemv_only);
+    return;
+  }
   if (T > kGemvMaxRows && w.dtype == DType::kBF16 && !gemv_only) {
     const int n_terms = ctx.matmul_precision == MatmulPrecision::kBf16     ? 1
                         : ctx.matmul_precision == MatmulPrecision::kBf16x2 ? 2
@@ -322,8 +442,10 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
   // kGemvMaxRows takes them in every mode); otherwise each its own matmul. Same results either way.
   bool fused = !targets.empty() && int(targets.size()) <= kMultiMax && T >= 1 && T <= kGemvMaxRows &&
                K % 8 == 0 && aligned16(x.data) && x.dtype == DType::kF32 && x.device == Device::kCuda;
+  const bool quant = !targets.empty() && dtype_is_quantized(targets[0].w.dtype);
   for (const MatmulTarget& t : targets) {
-    fused = fused && t.w.dtype == targets[0].w.dtype && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) &&
+    // block formats may mix (Q4_K with Q6_K); plain dtypes must all be the same
+    fused = fused && (quant ? dtype_is_quantized(t.w.dtype) : t.w.dtype == targets[0].w.dtype) && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) &&
             t.w.device == Device::kCuda && t.out.rows == T && t.out.cols == t.w.rows && t.out.dtype == DType::kF32;
   }
   if (!fused) {
@@ -337,10 +459,15 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     mt.w[m] = targets[size_t(m)].w.data;
     mt.out[m] = targets[size_t(m)].out.f32();
     mt.n[m] = targets[size_t(m)].w.rows;
+    mt.dtype[m] = targets[size_t(m)].w.dtype;
     blocks += ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
     mt.block_end[m] = blocks;
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");
+  if (quant) {
+    launch_gemv_quant(ctx.stream, mt, blocks, x.f32(), T, K);
+    return;
+  }
   dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {
     const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
     switch (T) {

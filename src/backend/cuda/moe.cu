@@ -11,8 +11,9 @@
 // experts). The grid covers min(E, pairs) experts, not all E: a decode step of 8 pairs launches
 // 8 expert rows of blocks, and those past the device-side count of touched experts exit. A pair's sums run in the same order whatever
 // shares its pass, so results do not depend on the batch. Unaligned shapes take the per-pair
-// kernels (one warp per output of one pair).
-#include "backend/cuda/device_util.cuh"
+// kernels (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the
+// grouped kernels, for every T, with each 8 weights decoded in registers (quant_blocks.cuh).
+#include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -192,15 +193,13 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
   const int e = active[blockIdx.y], begin = offsets[e], end = offsets[e + 1];
   const int lane = threadIdx.x & 31;
   const int64_t f0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
-  const W* g = static_cast<const W*>(gate[e]);
-  const W* u = static_cast<const W*>(up[e]);
-  const W* gr[C];
-  const W* ur[C];
+  using Rows = WeightRows<W>;
+  typename Rows::Row gr[C], ur[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const int64_t f = f0 + c < F ? f0 + c : F - 1;  // tail: read, drop
-    gr[c] = g + f * H;
-    ur[c] = u + f * H;
+    gr[c] = Rows::row(gate[e], f, H);
+    ur[c] = Rows::row(up[e], f, H);
   }
   for (int p0 = begin; p0 < end; p0 += kGroupRows) {
     const int n = end - p0 < kGroupRows ? end - p0 : kGroupRows;
@@ -224,8 +223,8 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
         float wg[C][8], wu[C][8];
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-          load8(gr[c] + kt + kk, wg[c]);
-          load8(ur[c] + kt + kk, wu[c]);
+          Rows::load8(gr[c], kt + kk, wg[c]);
+          Rows::load8(ur[c], kt + kk, wu[c]);
         }
 #pragma unroll
         for (int r = 0; r < kGroupRows; ++r) {
@@ -274,10 +273,10 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
   const int e = active[blockIdx.y], begin = offsets[e], end = offsets[e + 1];
   const int lane = threadIdx.x & 31;
   const int64_t c0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
-  const W* d = static_cast<const W*>(down[e]);
-  const W* dr[C];
+  using Rows = WeightRows<W>;
+  typename Rows::Row dr[C];
 #pragma unroll
-  for (int c = 0; c < C; ++c) dr[c] = d + (c0 + c < H ? c0 + c : H - 1) * F;
+  for (int c = 0; c < C; ++c) dr[c] = Rows::row(down[e], c0 + c < H ? c0 + c : H - 1, F);
   for (int p0 = begin; p0 < end; p0 += kGroupRows) {
     const int n = end - p0 < kGroupRows ? end - p0 : kGroupRows;
     __syncthreads();
@@ -296,7 +295,7 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
       for (int kk = lane * 8; kk < len; kk += 256) {
         float wf[C][8];
 #pragma unroll
-        for (int c = 0; c < C; ++c) load8(dr[c] + kt + kk, wf[c]);
+        for (int c = 0; c < C; ++c) Rows::load8(dr[c], kt + kk, wf[c]);
 #pragma unroll
         for (int r = 0; r < kGroupRows; ++r) {
           if (r >= n) break;
@@ -411,7 +410,7 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     CUDA_CHECK_LAUNCH();
     // At most min(E, P) experts have pairs: the rest of the grid would only read offsets and exit.
     const unsigned expert_rows = unsigned(std::min<int64_t>(int64_t(E), P));
-    dispatch_weight(wt, "moe_experts", [&]<typename W>() {
+    dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), expert_rows);
       if (gelu) {
         moe_gate_up_grouped_kernel<W, Activation::kGeluTanh><<<grid, kWarps * 32, 0, ctx.stream>>>(
@@ -432,6 +431,8 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
       CUDA_CHECK_LAUNCH();
     });
   } else {
+    if (dtype_is_quantized(wt))
+      unsupported("moe_experts: ", dtype_name(wt), " experts need 16-byte aligned activations and expert rows on CUDA");
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps)), unsigned(P));
       if (gelu) {

@@ -1,0 +1,280 @@
+// CUDA ops on ggml block-format weights (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4): matmul,
+// matmul_multi, moe_experts, embed and embed_rows against the CPU reference of the same weights
+// (quant::quantize_row of random data, then quant::dequantize_row, which the device decoding
+// reproduces bit for bit), and "BENCH" lines for the GEMV bandwidth.
+//
+// Matmul tolerance, per output element, with S = sum_i |w_i x_i| (the reference is the double
+// dot of the dequantized row, rounded once):
+//  - GEMV path (T <= 8, and every T in deterministic mode): the dequantized weights are exact,
+//    each product and sum is one F32 rounding, and an element passes through at most
+//    1 (product) + 8 (dot8) + K / 256 (a lane's steps) + 5 (warp tree) + 1 (the output) of them:
+//    |err| <= (15 + K / 256) * 2^-24 * S.
+//  - Prefill path (T > 8): the weights are rounded to BF16 (2^-9 relative), the activations
+//    split into 3 BF16 terms (as exact as F32), cuBLAS sums K products in F32:
+//    |err| <= (2^-9 + (K + 2) * 2^-24) * S.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+
+#include "gpu_test_util.h"
+#include "ops/step_plan.h"
+#include "quant/ggml_type.h"
+#include "quant/quant.h"
+
+#ifdef KESTREL_HAVE_CUDA
+namespace kestrel::test {
+namespace {
+
+constexpr DType kBlockTypes[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                                 DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
+
+class QuantGpuTest : public GpuTest {
+ protected:
+  // [rows, cols] of dt: normal(0, scale) values quantized by the reference quantizer.
+  Buffer quantized(DType dt, int64_t rows, int64_t cols, float scale = 0.05f) {
+    Buffer b = host_buffer(dt, rows, cols);
+    const GgmlType g = *dtype_to_ggml(dt);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : row) v = dist(rng_);
+      quant::quantize_row(g, row.data(), cols, static_cast<uint8_t*>(b.view().data) + size_t(r) * b.view().row_bytes());
+    }
+    return b;
+  }
+  // The block matrix dequantized to F32 (ggml's values).
+  static Buffer dequantized(const Tensor& q) {
+    Buffer f = host_buffer(DType::kF32, q.rows, q.cols);
+    for (int64_t r = 0; r < q.rows; ++r)
+      quant::dequantize_row(*dtype_to_ggml(q.dtype), static_cast<const uint8_t*>(q.data) + size_t(r) * q.row_bytes(),
+                            q.cols, f.view().f32() + r * q.cols);
+    return f;
+  }
+  CudaOps& cuda() { return static_cast<CudaOps&>(gpu()); }
+
+  // GPU matmul of x by the block matrix w vs the double reference, within the bound above;
+  // returns the largest |err| / S.
+  double check_matmul(const Tensor& x, const Tensor& w, bool gemv, const std::string& what) {
+    const int64_t T = x.rows, K = x.cols, N = w.rows;
+    Buffer wf = dequantized(w);
+    Buffer dx = up(x), dw = up(w), out = gpu().alloc(DType::kF32, T, N);
+    gpu().matmul(out, dx, dw);
+    const std::vector<float> o = down(out);
+    const double u = std::ldexp(1.0, -24);
+    const double bound = gemv ? (15.0 + double(K) / 256) * u : std::ldexp(1.0, -9) + double(K + 2) * u;
+    double worst = 0;
+    int failures = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xr = x.f32() + t * K;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* wr = wf.view().f32() + n * K;
+        double ref = 0, s = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          ref += double(wr[k]) * double(xr[k]);
+          s += std::fabs(double(wr[k]) * double(xr[k]));
+        }
+        const double err = std::fabs(double(o[size_t(t * N + n)]) - ref);
+        if (s > 0) worst = std::max(worst, err / s);
+        if (err > bound * s && failures++ < 5)
+          ADD_FAILURE() << what << " t=" << t << " n=" << n << ": " << o[size_t(t * N + n)] << " vs " << ref
+                        << " (|err| " << err << " > " << bound << " * " << s << ")";
+      }
+    }
+    return worst;
+  }
+};
+
+TEST_F(QuantGpuTest, MatmulEveryFormatAgainstReference) {
+  for (DType dt : kBlockTypes) {
+    const int64_t blk = dtype_block_elems(dt);
+    // a multiple of 256, an odd number of blocks, and one past the 1024-column shared-memory tile
+    const std::vector<int64_t> Ks = blk == 256 ? std::vector<int64_t>{512, 768, 1280}
+                                               : std::vector<int64_t>{512, 9 * blk, 33 * blk};
+    double worst_gemv = 0, worst_prefill = 0;
+    for (int64_t K : Ks) {
+      for (int64_t N : {256, 37}) {
+        Buffer w = quantized(dt, N, K);
+        for (int T : {1, 3, 8, 40, 300}) {
+          Buffer x = random(T, K);
+          const std::string what = std::string(dtype_name(dt)) + " T=" + std::to_string(T) + " K=" +
+                                   std::to_string(K) + " N=" + std::to_string(N);
+          const double e = check_matmul(x, w, T <= 8, what);
+          (T <= 8 ? worst_gemv : worst_prefill) = std::max(T <= 8 ? worst_gemv : worst_prefill, e);
+        }
+      }
+    }
+    std::printf("QMATMUL %-5s worst |err|/S: gemv %.2e, prefill %.2e\n", std::string(dtype_name(dt)).c_str(),
+                worst_gemv, worst_prefill);
+  }
+}
+
+// The prefill path's BF16 weight tile is bounded (64 MiB): a matrix past it runs in row tiles.
+TEST_F(QuantGpuTest, MatmulPrefillAcrossDequantTiles) {
+  const int64_t K = 4096, N = 8200;  // 8200 * 4096 * 2 bytes > 64 MiB: two tiles
+  Buffer w = quantized(DType::kQ8_0, N, K);
+  Buffer x = random(12, K);
+  check_matmul(x, w, false, "Q8_0 tiled");
+}
+
+// Deterministic mode: every T takes the GEMV kernel in groups of 8, and each row's bits are its
+// bits alone; likewise any T <= 8 in the default mode.
+TEST_F(QuantGpuTest, MatmulRowsBitIdenticalToAlone) {
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kMXFP4}) {
+    const int64_t K = 1280, N = 300;
+    Buffer w = quantized(dt, N, K), dw = up(w);
+    for (bool det : {false, true}) {
+      cuda().set_deterministic(det);
+      const int T = det ? 300 : 8;
+      Buffer x = random(T, K), dx = up(x), all = gpu().alloc(DType::kF32, T, N);
+      gpu().matmul(all, dx, dw);
+      const std::vector<float> a = down(all);
+      for (int r : {0, 3, T - 1}) {
+        Buffer one = gpu().alloc(DType::kF32, 1, N);
+        gpu().matmul(one, dx.view().rows_slice(r, 1), dw);
+        const std::vector<float> o = down(one);
+        EXPECT_EQ(0, std::memcmp(o.data(), a.data() + size_t(r) * N, size_t(N) * 4))
+            << dtype_name(dt) << (det ? " deterministic" : "") << " row " << r;
+      }
+    }
+    cuda().set_deterministic(false);
+  }
+}
+
+// One launch for a layer's mixed-format projections (Q4_K_M: Q4_K and Q6_K), each output the
+// bits of its own matmul.
+TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
+  const int64_t K = 1024;
+  const std::vector<std::pair<DType, int64_t>> mats = {
+      {DType::kQ4_K, 300}, {DType::kQ6_K, 64}, {DType::kQ8_0, 129}, {DType::kMXFP4, 32}};
+  std::vector<Buffer> hw, dw;
+  for (auto [dt, n] : mats) {
+    hw.push_back(quantized(dt, n, K));
+    dw.push_back(up(hw.back()));
+  }
+  for (int T : {1, 5, 8, 20}) {
+    Buffer x = random(T, K), dx = up(x);
+    std::vector<Buffer> outs;
+    std::vector<MatmulTarget> targets;
+    for (size_t m = 0; m < mats.size(); ++m) {
+      outs.push_back(gpu().alloc(DType::kF32, T, mats[m].second));
+      targets.push_back({.out = outs.back(), .w = dw[m]});
+    }
+    gpu().matmul_multi(dx, targets);
+    for (size_t m = 0; m < mats.size(); ++m) {
+      Buffer sep = gpu().alloc(DType::kF32, T, mats[m].second);
+      gpu().matmul(sep, dx, dw[m]);
+      EXPECT_EQ(down(outs[m]), down(sep)) << dtype_name(mats[m].first) << " T=" << T;
+    }
+  }
+}
+
+// Block-format experts against the CPU experts over the same (dequantized) F32 weights: the
+// grouped kernels sum in the same F32 order as for float weights (existing bound 1e-5).
+TEST_F(QuantGpuTest, MoeExperts) {
+  for (DType dt : {DType::kMXFP4, DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}) {
+    for (int T : {1, 5, 40}) {
+      const int E = 8, k = 2, H = 256, F = 512;
+      ExpertWeights hw, dw;
+      std::vector<Buffer> keep;
+      auto add = [&](std::vector<Tensor>& h, std::vector<Tensor>& d, int64_t rows, int64_t cols) {
+        Buffer q = quantized(dt, rows, cols, 0.1f);
+        keep.push_back(dequantized(q));
+        h.push_back(keep.back());
+        keep.push_back(up(q));
+        d.push_back(keep.back());
+      };
+      for (int e = 0; e < E; ++e) {
+        add(hw.gate, dw.gate, F, H);
+        add(hw.up, dw.up, F, H);
+        add(hw.down, dw.down, H, F);
+      }
+      Buffer x = random(T, H), logits = random(T, E);
+      Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
+      cpu_.moe_route(ids, wts, logits, k, true);
+      Buffer dx = up(x), dids = up(ids), dwts = up(wts);
+      Buffer ref = cpu_.alloc(DType::kF32, T, H), out = gpu().alloc(DType::kF32, T, H);
+      cpu_.moe_experts(ref, x, ids, wts, hw);
+      gpu().moe_experts(out, dx, dids, dwts, dw);
+      EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << dtype_name(dt) << " T=" << T;
+    }
+  }
+}
+
+// Embedding rows come out exactly as dequantize_row gives them (times the scale, in F32).
+TEST_F(QuantGpuTest, EmbedAndEmbedRows) {
+  const int64_t V = 300, H = 512;
+  for (DType dt : kBlockTypes) {
+    Buffer table = quantized(dt, V, H, 1.0f), dtable = up(table);
+    Buffer tf = dequantized(table);
+    StepPlan plan = make_plan({{0, 5}, {7, 1}, {3, 12}}, int(V), rng_);
+    Buffer out = gpu().alloc(DType::kF32, plan.n_rows(), H);
+    gpu().begin_step(plan);
+    gpu().embed(out, dtable, plan, 1.5f);
+    std::vector<float> ref(size_t(plan.n_rows() * H));
+    for (int64_t r = 0; r < plan.n_rows(); ++r)
+      for (int64_t c = 0; c < H; ++c) ref[size_t(r * H + c)] = tf.view().f32()[plan.tokens[size_t(r)] * H + c] * 1.5f;
+    EXPECT_EQ(down(out), ref) << "embed " << dtype_name(dt);
+
+    // embed_rows over a block-format shard and a BF16 one
+    Buffer bf = random(DType::kBF16, 7, H), dbf = up(bf);
+    const std::vector<Tensor> shards = {dtable, dbf};
+    const std::vector<int32_t> ids = {0, 299, 300, 306, 5, 5, 150};
+    Buffer rows = gpu().alloc(DType::kF32, int64_t(ids.size()), H);
+    gpu().embed_rows(rows, shards, ids);
+    std::vector<float> rref;
+    for (int32_t id : ids)
+      for (int64_t c = 0; c < H; ++c)
+        rref.push_back(id < V ? tf.view().f32()[id * H + c] : bf16_to_f32(bf.view().as<uint16_t>()[(id - V) * H + c]));
+    EXPECT_EQ(down(rows), rref) << "embed_rows " << dtype_name(dt);
+  }
+}
+
+TEST_F(QuantGpuTest, SupportsEveryBlockFormat) {
+  for (DType dt : kBlockTypes) EXPECT_TRUE(gpu().supports_weight_dtype(dt)) << dtype_name(dt);
+  EXPECT_FALSE(gpu().supports_weight_dtype(DType::kI32));
+}
+
+// GEMV bandwidth: bytes of blocks read per second (decode is bound by them), and prefill time.
+TEST_F(QuantGpuTest, BenchQuantGemv) {
+  auto time = [&](const std::function<void()>& fn, int reps = 50) {
+    for (int i = 0; i < 3; ++i) fn();
+    cuda().synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    cuda().synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  for (DType dt : {DType::kQ4_K, DType::kQ8_0, DType::kQ6_K, DType::kMXFP4}) {
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{12288, 4096}, {4096, 12288}}) {
+      // random blocks (any bytes are valid weights except NaN/inf scales): bandwidth does not
+      // depend on the values, and quantizing 50M elements on the host would take minutes
+      Buffer w = host_buffer(dt, N, K);
+      auto* p = static_cast<uint8_t*>(w.view().data);
+      for (size_t i = 0; i < w.view().nbytes(); ++i) p[i] = uint8_t(rng_() & 0x3B);  // f16 exponents stay small
+      Buffer dw = up(w);
+      const double bytes = double(w.view().nbytes());
+      for (int T : {1, 8}) {
+        Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+        const double s = time([&] { gpu().matmul(out, x, dw); });
+        std::printf("BENCH qgemv_%s_T%d_%ldx%ld %.0f GB/s (%.1f us)\n", std::string(dtype_name(dt)).c_str(), T,
+                    long(N), long(K), bytes / s / 1e9, s * 1e6);
+      }
+      if (N == 12288 && (dt == DType::kQ4_K || dt == DType::kQ8_0)) {
+        const int T = 2048;
+        Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+        for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x3}) {
+          cuda().set_matmul_precision(p);
+          const double s = time([&] { gpu().matmul(out, x, dw); }, 10);
+          std::printf("BENCH qprefill_%s_T%d_%ldx%ld_%s %.1f TFLOP/s (%.2f ms)\n", std::string(dtype_name(dt)).c_str(),
+                      T, long(N), long(K), matmul_precision_name(p), 2.0 * T * N * K / s / 1e12, s * 1e3);
+        }
+        cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel::test
+#endif  // KESTREL_HAVE_CUDA

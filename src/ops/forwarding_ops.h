@@ -55,6 +55,9 @@ class ForwardingOps : public Ops {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
     run("add", [&] { inner_.add(out, a, b); });
   }
+  void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) override {
+    run("add_rms_norm", [&] { inner_.add_rms_norm(residual, x, w, out, eps); });
+  }
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override {
     run("mul_sigmoid", [&] { inner_.mul_sigmoid(x, gate); });
   }

@@ -162,6 +162,14 @@ class Ops {
   virtual void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) = 0;
   // out = a + b (out may be a or b).
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // The residual add fused with the next norm: residual += x, then out = rms_norm(residual, w, eps);
+  // residual, x, out [T, H], w as in rms_norm. out may be x, never residual. Bit-identical to
+  // add(residual, residual, x) followed by rms_norm(out, residual, w, eps), which is what this
+  // default does; the CPU and CUDA backends run it as one pass over the rows.
+  virtual void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) {
+    add(residual, residual, x);
+    rms_norm(out, residual, w, eps);
+  }
   // x *= sigmoid(gate): gate the same shape as x, or [T, 1] (one gate per row).
   virtual void mul_sigmoid(const Tensor& x, const Tensor& gate) = 0;
   // out[T, F] = silu(gate) * up.

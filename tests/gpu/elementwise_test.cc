@@ -48,6 +48,34 @@ TEST_F(GpuTest, RmsNorm) {
   }
 }
 
+// The fused residual add + norm: within kTol of the CPU, and bit-identical to the device's own
+// add then rms_norm (the model code swaps one for the other), out separate or aliasing x.
+TEST_F(GpuTest, AddRmsNorm) {
+  for (int T : {1, 7, 33}) {
+    for (int H : {64, 1000, 4096}) {
+      for (bool weight : {false, true}) {
+        Buffer res = random(T, H, 3.0f), x = random(T, H), w = random(1, H);
+        const Tensor hw = weight ? w.view() : Tensor{};
+        Buffer dres = up(res), dx = up(x), dw = up(w);
+        const Tensor dwt = weight ? dw.view() : Tensor{};
+        Buffer out = gpu().alloc(DType::kF32, T, H), ref = cpu_.alloc(DType::kF32, T, H);
+        Buffer sep_res = up(res), sep_x = up(x), sep_out = gpu().alloc(DType::kF32, T, H);
+        Buffer dres2 = up(res), dx2 = up(x);  // before the CPU call below updates res in place
+        cpu_.add_rms_norm(res, x, hw, ref, 1e-6f);
+        gpu().add_rms_norm(dres, dx, dwt, out, 1e-6f);
+        gpu().add(sep_res, sep_res, sep_x);
+        gpu().rms_norm(sep_out, sep_res, dwt, 1e-6f);
+        EXPECT_LE(rel_err(down(dres), host(res)), kTol) << "residual " << T << "x" << H;
+        EXPECT_LE(rel_err(down(out), host(ref)), kTol) << T << "x" << H << " w=" << weight;
+        EXPECT_EQ(down(dres), down(sep_res)) << "residual vs add " << T << "x" << H;
+        EXPECT_EQ(down(out), down(sep_out)) << "vs add + rms_norm " << T << "x" << H << " w=" << weight;
+        gpu().add_rms_norm(dres2, dx2, dwt, dx2, 1e-6f);  // out aliasing x
+        EXPECT_EQ(down(dx2), down(sep_out)) << "out = x " << T << "x" << H;
+      }
+    }
+  }
+}
+
 TEST_F(GpuTest, HeadAndGatedRmsNorm) {
   for (int T : {1, 9}) {
     for (int hd : {32, 64, 128, 256}) {

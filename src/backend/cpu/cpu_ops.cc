@@ -55,6 +55,9 @@ void CpuOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float
   cpu::head_rms_norm(x, w, head_dim, eps);
 }
 void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cpu::add(out, a, b); }
+void CpuOps::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) {
+  cpu::add_rms_norm(residual, x, w, out, eps);
+}
 void CpuOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cpu::mul_sigmoid(x, gate); }
 void CpuOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) { cpu::silu_mul(out, gate, up); }
 void CpuOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {

@@ -29,6 +29,7 @@ class CpuOps final : public Ops {
   void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
   void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override;
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;

@@ -137,6 +137,30 @@ void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   });
 }
 
+void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) {
+  KCHECK(x.rows == residual.rows && x.cols == residual.cols && out.rows == residual.rows && out.cols == residual.cols);
+  KCHECK(w.empty() || w.cols == residual.cols);
+  KCHECK_MSG(out.data != residual.data, "add_rms_norm: out must not be the residual");
+  const int64_t n = residual.cols;
+  with_act(residual, [&]<typename A>() {
+    ThreadPool::global().parallel_for(residual.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        A* res = act<A>(residual) + r * n;
+        const A* xr = act<A>(x) + r * n;
+        A* o = act<A>(out) + r * n;
+        for (int64_t i = 0; i < n; ++i) res[i] = res[i] + xr[i];  // as add(), before o may overwrite x
+        A s = inv_rms(res, n, eps);
+        if (w.empty()) {
+          for (int64_t i = 0; i < n; ++i) o[i] = res[i] * s;
+        } else {
+          const float* wr = w.f32();
+          for (int64_t i = 0; i < n; ++i) o[i] = (res[i] * s) * A(wr[i]);
+        }
+      }
+    });
+  });
+}
+
 void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) {
   KCHECK(x.cols % head_dim == 0);
   KCHECK(w.empty() || w.cols == head_dim);

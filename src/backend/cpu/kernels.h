@@ -45,6 +45,8 @@ void load_row(const Tensor& t, int64_t row, double* dst);
 
 void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale);
 void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps);
+// residual += x, then out = rms_norm(residual) row by row (out may be x, not residual).
+void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps);
 void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps);
 void add(const Tensor& out, const Tensor& a, const Tensor& b);
 void mul_sigmoid(const Tensor& x, const Tensor& gate);

@@ -96,6 +96,8 @@ inline void check_step(const Context& ctx, const StepPlan& plan) {
 // ---- entry points, one file per op (same names as the CPU kernels) ----
 void embed(const Context& ctx, const Tensor& out, const Tensor& table, const StepPlan& plan, float scale);
 void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, float eps);
+void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
+                  float eps);
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps);
 void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
 void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);

@@ -309,6 +309,10 @@ void CudaOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, floa
   cuda::head_rms_norm(ctx(), x, w, head_dim, eps);
 }
 void CudaOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::add(ctx(), out, a, b); }
+void CudaOps::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
+                           float eps) {
+  cuda::add_rms_norm(ctx(), residual, x, w, out, eps);
+}
 void CudaOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cuda::mul_sigmoid(ctx(), x, gate); }
 void CudaOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::silu_mul(ctx(), out, gate, up);

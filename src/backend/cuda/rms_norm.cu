@@ -1,5 +1,5 @@
-// RMSNorm variants: rms_norm over whole rows, head_rms_norm over head_dim groups,
-// gated_rms_norm (norm * w * silu(z)) over head_dim groups, and group_rms_norm (column blocks of a
+// RMSNorm variants: rms_norm over whole rows (add_rms_norm: with the residual add fused in),
+// head_rms_norm over head_dim groups, gated_rms_norm (norm * w * silu(z)) over head_dim groups, and group_rms_norm (column blocks of a
 // row, a weight per column: hyper-connection streams). Sums of squares in double, as the
 // CPU oracle does; out may alias x (each element is read before it is written, by one thread).
 #include "backend/cuda/device_util.cuh"
@@ -19,6 +19,29 @@ __global__ void rms_norm_kernel(float* out,             // [rows, n]
   ss = block_sum(ss);
   const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
+// grid: rows; one block per row of n. residual += x, then out = the rms_norm_kernel of the new
+// residual: each thread adds, stores and squares the same elements rms_norm_kernel's thread would,
+// so the sums and the result are bit-identical to add then rms_norm. out may alias x (a thread
+// reads its x elements before it writes them), never residual.
+__global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
+                                    const float* x,              // [rows, n]
+                                    const float* __restrict__ w, // [n] or null
+                                    float* out,                  // [rows, n]
+                                    int64_t n, float eps) {
+  float* rr = residual + blockIdx.x * n;
+  const float* xr = x + blockIdx.x * n;
+  float* o = out + blockIdx.x * n;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float r = rr[i] + xr[i];
+    rr[i] = r;
+    ss += double(r) * double(r);
+  }
+  ss = block_sum(ss);
+  const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (rr[i] * s) * w[i] : rr[i] * s;
 }
 
 // One warp per group of d values; z (gate) null for the plain head norm.
@@ -78,6 +101,25 @@ void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tens
   const int threads = x.cols >= 1024 ? 512 : x.cols >= 256 ? 256 : 128;
   rms_norm_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(out.f32(), x.f32(),
                                                                  w.empty() ? nullptr : w.f32(), x.cols, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
+                  float eps) {
+  check_f32(residual, "add_rms_norm residual");
+  check_f32(x, "add_rms_norm x");
+  check_f32(out, "add_rms_norm out");
+  KCHECK_MSG(x.rows == residual.rows && x.cols == residual.cols && out.rows == residual.rows &&
+                 out.cols == residual.cols,
+             "add_rms_norm: residual [", residual.rows, ", ", residual.cols, "] x [", x.rows, ", ", x.cols, "] out [",
+             out.rows, ", ", out.cols, "]");
+  KCHECK_MSG(out.data != residual.data, "add_rms_norm: out must not be the residual");
+  KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == residual.cols));
+  if (residual.rows == 0) return;
+  const int64_t n = residual.cols;
+  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 128;  // rms_norm's choice: the same sums
+  add_rms_norm_kernel<<<unsigned(residual.rows), threads, 0, ctx.stream>>>(
+      residual.f32(), x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), n, eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -206,8 +206,7 @@ void Gemma4Model::forward(const StepPlan& plan, ModelCache& cache, const Tensor&
     if (src != l && last_reader_[size_t(src)] == l)
       ops_.kv_write(cache.kv(src), step_kv[size_t(src)].k, step_kv[size_t(src)].v, plan);
     ops_.rms_norm(y, y, layer.post_attn_norm, eps);
-    ops_.add(x, x, y);
-    ops_.rms_norm(h, x, layer.pre_ff_norm, eps);
+    ops_.add_rms_norm(x, y, layer.pre_ff_norm, h, eps);  // x += y; h = norm(x)
     mlp_block(ops_, ws_, layer.mlp, h, y);
     if (layer.moe) moe_beside_mlp(layer, x, y);
     ops_.rms_norm(y, y, layer.post_ff_norm, eps);

@@ -182,22 +182,26 @@ void QwenModel::forward(const StepPlan& plan, ModelCache& cache, const Tensor& l
   Tensor y = ws_.take(T, H);  // sub-layer output
   ops_.embed(x, embed_, plan, 1.0f);
   capture_hidden(capture, x);
+  if (cfg_.n_layers > 0) ops_.rms_norm(h, x, layers_[0].input_norm, eps);
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const QwenLayer& layer = layers_[size_t(l)];
-    ops_.rms_norm(h, x, layer.input_norm, eps);
+    // h holds this layer's normalized input: the residual add ending the previous layer made it.
     if (layer.kind == LayerKind::kLinearAttention) {
       deltanet_block(ops_, ws_, layer.gdn, cfg_.gdn, eps, cache.state(l), plan, h, y);
     } else {
       attention_block(ops_, ws_, layer.attn, cfg_.attn, eps, cache.kv(l), 0, plan, h, y);
     }
-    ops_.add(x, x, y);
-    ops_.rms_norm(h, x, layer.post_norm, eps);
+    ops_.add_rms_norm(x, y, layer.post_norm, h, eps);  // x += y; h = norm(x)
     if (layer.moe) {
       moe_block(ops_, ws_, layer.moe_w, cfg_.moe, h, y);
     } else {
       mlp_block(ops_, ws_, layer.mlp, h, y);
     }
-    ops_.add(x, x, y);
+    if (l + 1 < cfg_.n_layers) {
+      ops_.add_rms_norm(x, y, layers_[size_t(l) + 1].input_norm, h, eps);  // and the next layer's input norm
+    } else {
+      ops_.add(x, x, y);
+    }
     if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
   }
   norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);

@@ -1,5 +1,6 @@
 // The tiled (flash) prefill attention kernel (src/backend/cuda/attention_prefill.cu), taken by
-// steps holding a sequence with 64 or more new rows, against the CPU oracle and against itself.
+// steps holding a sequence with 64 or more new rows when the matmul precision is BF16, against
+// the CPU oracle and against itself; and at the default precision, the F32 kernels instead.
 //
 // Tolerance vs the F32 oracle: the kernel rounds q, k, v and the softmax weights to BF16 (unit
 // roundoff 2^-9 ~ 2e-3) before the tensor-core products, accumulating in F32. With N(0, 1)
@@ -11,6 +12,7 @@
 // Chunk invariance: a row's result depends only on its position, its q and the cache (the key
 // tiles sit on the absolute 64-grid, a fully masked tile leaves a row bit-identical, rows never
 // mix in the mma), so a prefill split over steps at any point gives bit-identical rows.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -21,12 +23,25 @@ namespace {
 
 struct Shape { int heads, kv, hd; };
 
+// BF16 matmul precision: the setting under which attention takes the tiled kernel.
+class AttentionPrefill : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    const char* env = std::getenv("KESTREL_CUDA_TILED_ATTENTION");
+    if (env && std::strcmp(env, "0") == 0) GTEST_SKIP() << "KESTREL_CUDA_TILED_ATTENTION=0 turns the kernel off";
+#ifdef KESTREL_HAVE_CUDA
+    if (gpu_) static_cast<CudaOps&>(gpu()).set_matmul_precision(MatmulPrecision::kBf16);
+#endif
+  }
+};
+
 std::string describe(const Shape& c, int window, int64_t rows) {
   return "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " + std::to_string(c.hd) +
          " window " + std::to_string(window) + " rows " + std::to_string(rows);
 }
 
-TEST_F(GpuTest, AttentionPrefillVsCpu) {
+TEST_F(AttentionPrefill, VsCpu) {
   // (cached past, new rows): lengths off the 64-tile, cached contexts on and off the grid, decode
   // rows and short chunks mixed into the long chunk's step, and a step of one long chunk only.
   const std::vector<std::vector<std::pair<int, int>>> batches = {
@@ -58,7 +73,7 @@ TEST_F(GpuTest, AttentionPrefillVsCpu) {
 }
 
 // Sharp softmaxes (scores of tens): the online max and rescaling must hold up, not just averages.
-TEST_F(GpuTest, AttentionPrefillSharpScores) {
+TEST_F(AttentionPrefill, SharpScores) {
   const Shape c{8, 2, 128};
   StepPlan plan;
   int32_t n_blocks = 0;
@@ -79,7 +94,7 @@ TEST_F(GpuTest, AttentionPrefillSharpScores) {
 // One sequence's 320-token prefill in one step, and split over steps at other points (each piece
 // of at least 64 rows, so every step takes the tiled kernel; the second split batches the pieces
 // with another sequence): every row bit-identical.
-TEST_F(GpuTest, AttentionPrefillChunkInvariance) {
+TEST_F(AttentionPrefill, ChunkInvariance) {
   const Shape c{8, 2, 256};
   const int n = 320, bs = 16, nb = n / bs;
   const int64_t kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
@@ -133,6 +148,27 @@ TEST_F(GpuTest, AttentionPrefillChunkInvariance) {
     EXPECT_TRUE(whole == run({100}, 100)) << "window " << window << ": split at 100, batched";
     EXPECT_TRUE(whole == run({70, 150, 250}, 0)) << "window " << window << ": split at 70, 150, 250, batched";
   }
+}
+
+// At the default matmul precision a long prefill chunk keeps the F32 split-KV kernel: F32-level
+// agreement (1e-5, as attention_test.cc), which the BF16 tiled kernel cannot reach.
+TEST_F(GpuTest, AttentionPrefillDefaultPrecisionStaysF32) {
+  const char* env = std::getenv("KESTREL_CUDA_TILED_ATTENTION");
+  if (env && std::strcmp(env, "1") == 0) GTEST_SKIP() << "KESTREL_CUDA_TILED_ATTENTION=1 forces the BF16 kernel";
+  const Shape c{8, 2, 128};
+  int32_t n_blocks = 0;
+  StepPlan plan = make_plan({{30, 200}, {0, 1}}, 100, rng_, 16, &n_blocks);
+  const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
+  Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
+  Buffer dkc = up(kc), dvc = up(vc);
+  Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw);
+  Buffer dq = up(q), dk = up(k), dv = up(v);
+  Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
+  AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd, .scale = 1.0f / std::sqrt(float(c.hd))};
+  cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
+  gpu().begin_step(plan);
+  gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
+  EXPECT_LE(rel_err(down(out), host(ref)), 1e-5);
 }
 
 }  // namespace

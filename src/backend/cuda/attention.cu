@@ -5,9 +5,9 @@
 //    rows get enough blocks to fill the GPU); in a block 4 warps interleave over the range, each
 //    keeping an online softmax, merged in shared memory. With one split the block writes the
 //    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
-//    merges the splits. Decode rows, short prefill chunks and deterministic mode take it; a step
-//    with a sequence of 64 or more new rows takes the tiled tensor-core kernel of
-//    attention_prefill.cu instead (BF16 products, F32 softmax).
+//    merges the splits. A step with a sequence of 64 or more new rows takes the tiled
+//    tensor-core kernel of attention_prefill.cu instead when BF16 precision is chosen (BF16
+//    products, F32 softmax; see attention_prefill_applies); otherwise this kernel runs all rows.
 // The general path (attention_ext_kernel) covers what that write-first order cannot: a sliding
 // window's ring cache (the step's own positions may be more than the ring holds), attention over
 // KV another layer wrote (write_kv = false, or no k/v at all) and a per-row selection of positions

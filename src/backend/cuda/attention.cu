@@ -5,8 +5,9 @@
 //    rows get enough blocks to fill the GPU); in a block 4 warps interleave over the range, each
 //    keeping an online softmax, merged in shared memory. With one split the block writes the
 //    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
-//    merges the splits. A simple correct kernel for prefill and decode alike; a tiled
-//    (flash-attention) prefill kernel is the next step, see docs/cuda.md.
+//    merges the splits. A step with a sequence of 64 or more new rows takes the tiled
+//    tensor-core kernel of attention_prefill.cu instead when BF16 precision is chosen (BF16
+//    products, F32 softmax; see attention_prefill_applies); otherwise this kernel runs all rows.
 // The general path (attention_ext_kernel) covers what that write-first order cannot: a sliding
 // window's ring cache (the step's own positions may be more than the ring holds), attention over
 // KV another layer wrote (write_kv = false, or no k/v at all) and a per-row selection of positions
@@ -20,6 +21,7 @@
 // step's largest count and a row's surplus split blocks exit.
 #include <algorithm>
 
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -504,6 +506,10 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
                                                               ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
                                                               ctx.step.block_tables, ctx.step.block_size, kv_width);
     CUDA_CHECK_LAUNCH();
+    if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
+      attention_prefill(ctx, out, q, cache, p, plan);
+      return;
+    }
     if (hd <= 32) run_attention<1>(ctx, out, q, cache, p, plan);
     else if (hd <= 64) run_attention<2>(ctx, out, q, cache, p, plan);
     else if (hd <= 128) run_attention<4>(ctx, out, q, cache, p, plan);

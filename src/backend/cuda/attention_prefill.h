@@ -1,0 +1,20 @@
+// The tiled (flash) prefill kernel of the CUDA attention op (attention_prefill.cu), used by
+// attention.cu on its write-first paged path when a step holds a long prefill chunk.
+#pragma once
+
+#include "backend/cuda/context.h"
+
+namespace kestrel::cuda {
+
+// Whether attention_prefill takes this step: BF16 matmul precision (MatmulPrecision::kBf16) or
+// KESTREL_CUDA_TILED_ATTENTION=1 (=0: never), not deterministic mode, head_dim 64, 128 or 256,
+// 16-byte aligned q and cache, and some sequence with at least 64 new rows.
+bool attention_prefill_applies(const Context& ctx, const Tensor& q, const KvLayerView& cache,
+                               const AttentionParams& p, const StepPlan& plan);
+
+// out [T, n_heads * head_dim] = causal (optionally sliding-window) GQA attention of q over the
+// paged cache, which must already hold the step's k/v. Refuses steps attention_prefill_applies rejects.
+void attention_prefill(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+                       const AttentionParams& p, const StepPlan& plan);
+
+}  // namespace kestrel::cuda

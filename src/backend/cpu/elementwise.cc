@@ -34,6 +34,18 @@ inline A inv_rms(const A* x, int64_t n, float eps) {
   return A(1.0 / std::sqrt(ss / double(n) + double(eps)));
 }
 
+// o = x / rms(x) [* w]: one row of rms_norm (o may be x).
+template <typename A>
+inline void norm_row(const A* x, A* o, int64_t n, const Tensor& w, float eps) {
+  const A s = inv_rms(x, n, eps);
+  if (w.empty()) {
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i] * s;
+  } else {
+    const float* wr = w.f32();
+    for (int64_t i = 0; i < n; ++i) o[i] = (x[i] * s) * A(wr[i]);
+  }
+}
+
 template <typename T>
 void widen_row(const Tensor& t, int64_t row, T* dst) {
   const int64_t n = t.cols;
@@ -123,15 +135,7 @@ void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   with_act(x, [&]<typename A>() {
     ThreadPool::global().parallel_for(x.rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const A* xr = act<A>(x) + r * n;
-        A* o = act<A>(out) + r * n;
-        A s = inv_rms(xr, n, eps);
-        if (w.empty()) {
-          for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * s;
-        } else {
-          const float* wr = w.f32();
-          for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * s) * A(wr[i]);
-        }
+        norm_row(act<A>(x) + r * n, act<A>(out) + r * n, n, w, eps);
       }
     });
   });
@@ -149,13 +153,7 @@ void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, cons
         const A* xr = act<A>(x) + r * n;
         A* o = act<A>(out) + r * n;
         for (int64_t i = 0; i < n; ++i) res[i] = res[i] + xr[i];  // as add(), before o may overwrite x
-        A s = inv_rms(res, n, eps);
-        if (w.empty()) {
-          for (int64_t i = 0; i < n; ++i) o[i] = res[i] * s;
-        } else {
-          const float* wr = w.f32();
-          for (int64_t i = 0; i < n; ++i) o[i] = (res[i] * s) * A(wr[i]);
-        }
+        norm_row(res, o, n, w, eps);
       }
     });
   });

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "engine/generate.h"
+#include "engine/runner.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "support/paths.h"
@@ -30,6 +31,20 @@ inline std::vector<int32_t> reference_prompt(const std::string& family, int p) {
   const TensorInfo& t = ref.tensors().at("p" + std::to_string(p) + ".ids");
   const int32_t* ids = reinterpret_cast<const int32_t*>(t.data);
   return std::vector<int32_t>(ids, ids + t.numel());
+}
+
+// Every position's logits of the family's first n reference prompts, one forward pass each.
+inline std::vector<std::vector<float>> prompt_logits(Model& model, const std::string& family, int n) {
+  std::vector<std::vector<float>> out;
+  for (int p = 0; p < n; ++p) {
+    const std::vector<int32_t> ids = reference_prompt(family, p);
+    Runner runner(model, cpu_cache_sizing(model.config(), 1, int64_t(ids.size()) + 1));
+    SequenceState seq;
+    runner.start(seq);
+    out.push_back(runner.step({{.seq = &seq, .tokens = ids, .all_logits = true}}));
+    runner.finish(seq);
+  }
+  return out;
 }
 
 // The first n tokens `model` generates for `prompt` decoding alone (64-token prefill chunks): what

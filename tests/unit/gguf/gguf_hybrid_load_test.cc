@@ -75,24 +75,11 @@ OutTensor* find(std::vector<OutTensor>& ts, const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::vector<float>> logits(Model& model, const std::string& family) {
-  std::vector<std::vector<float>> out;
-  for (int p = 0; p < 3; ++p) {
-    const std::vector<int32_t> ids = test::reference_prompt(family, p);
-    Runner runner(model, cpu_cache_sizing(model.config(), 1, int64_t(ids.size()) + 1));
-    SequenceState seq;
-    runner.start(seq);
-    out.push_back(runner.step({{.seq = &seq, .tokens = ids, .all_logits = true}}));
-    runner.finish(seq);
-  }
-  return out;
-}
-
 void expect_same_logits(const std::string& gguf, const std::string& family) {
   test::FixtureModel dir(family);
   CpuOps ops;
   LoadedModel lm = load_model(gguf, ops);
-  EXPECT_EQ(logits(*lm.model, family), logits(dir.model(), family));
+  EXPECT_EQ(test::prompt_logits(*lm.model, family, 3), test::prompt_logits(dir.model(), family, 3));
 }
 
 template <typename F>

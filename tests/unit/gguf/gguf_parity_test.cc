@@ -44,20 +44,6 @@ TEST(GgufParity, Bf16MatchesTransformersLikeTheOriginal) {
   }
 }
 
-// Every prompt's logits at every position, one forward pass each.
-std::vector<std::vector<float>> prompt_logits(Model& model, const std::string& family) {
-  std::vector<std::vector<float>> out;
-  for (int p = 0; p < 5; ++p) {
-    const std::vector<int32_t> ids = test::reference_prompt(family, p);
-    Runner runner(model, cpu_cache_sizing(model.config(), 1, int64_t(ids.size()) + 1));
-    SequenceState seq;
-    runner.start(seq);
-    out.push_back(runner.step({{.seq = &seq, .tokens = ids, .all_logits = true}}));
-    runner.finish(seq);
-  }
-  return out;
-}
-
 const char* const kHybrids[] = {"qwen3_next",  "qwen3_5",         "qwen3_5_tied",         "qwen3_5_moe",
                                 "gemma4_text", "gemma4_text_moe", "gemma4_text_kvshared", "gemma4_text_keqv"};
 
@@ -73,7 +59,7 @@ TEST(GgufParity, HybridBf16EqualsTheCheckpoint) {
     test::FixtureModel dir(family);
     CpuOps ops;
     LoadedModel gguf = load_model(out, ops);
-    EXPECT_EQ(prompt_logits(*gguf.model, family), prompt_logits(dir.model(), family)) << "not bit-identical";
+    EXPECT_EQ(test::prompt_logits(*gguf.model, family, 5), test::prompt_logits(dir.model(), family, 5)) << "not bit-identical";
     const std::string ref = data_path("fixtures/" + family + "/reference.safetensors");
     const ParityReport rd = run_parity(dir.model(), ref, {}), rg = run_parity(*gguf.model, ref, {});
     ASSERT_EQ(rg.prompts.size(), 5u);

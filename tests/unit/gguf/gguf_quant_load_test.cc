@@ -69,20 +69,6 @@ std::string convert(const std::string& family, const std::string& quant) {
   return out;
 }
 
-// Every position's logits of three reference prompts.
-std::vector<std::vector<float>> prompt_logits(Model& model, const std::string& family) {
-  std::vector<std::vector<float>> out;
-  for (int p = 0; p < 3; ++p) {
-    const std::vector<int32_t> ids = test::reference_prompt(family, p);
-    Runner runner(model, cpu_cache_sizing(model.config(), 1, int64_t(ids.size()) + 1));
-    SequenceState seq;
-    runner.start(seq);
-    out.push_back(runner.step({{.seq = &seq, .tokens = ids, .all_logits = true}}));
-    runner.finish(seq);
-  }
-  return out;
-}
-
 bool bit_identical(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -102,7 +88,7 @@ TEST(GgufQuantLoad, QuantizedEqualsWidenedBitForBit) {
       LoadedModel kept = load_model(gguf, cpu);
       FloatWeightsOnly floats(cpu);
       LoadedModel widened = load_model(gguf, floats);
-      EXPECT_TRUE(bit_identical(prompt_logits(*kept.model, family), prompt_logits(*widened.model, family)))
+      EXPECT_TRUE(bit_identical(test::prompt_logits(*kept.model, family, 3), test::prompt_logits(*widened.model, family, 3)))
           << "logits of the quantized weights differ from the same weights widened to F32";
       EXPECT_GT(floats.weight_calls, 0);
       EXPECT_LT(double(kept.model->weight_bytes()), 0.6 * double(widened.model->weight_bytes()));

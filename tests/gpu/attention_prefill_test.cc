@@ -50,23 +50,13 @@ TEST_F(AttentionPrefill, VsCpu) {
   for (const Shape& c : shapes) {
     for (const auto& seqs : batches) {
       for (int window : {0, 50, 100, 1024}) {
-        int32_t n_blocks = 0;
-        StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
-        const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
-        Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
-        Buffer dkc = up(kc), dvc = up(vc);
-        Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw);
-        Buffer dq = up(q), dk = up(k), dv = up(v);
-        Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
         AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
                           .scale = 1.0f / std::sqrt(float(c.hd)), .window = window};
-        cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
-        gpu().begin_step(plan);
-        gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
-        const std::string what = describe(c, window, T);
-        EXPECT_LE(rel_err(down(out), host(ref)), 1e-2) << what;
-        EXPECT_EQ(down(dkc), host(kc)) << what << ": k cache";
-        EXPECT_EQ(down(dvc), host(vc)) << what << ": v cache";
+        const AttentionStep s = attention_step(seqs, p);
+        const std::string what = describe(c, window, s.rows);
+        EXPECT_LE(rel_err(s.gpu, s.cpu), 1e-2) << what;
+        EXPECT_EQ(s.k_gpu, s.k_cpu) << what << ": k cache";
+        EXPECT_EQ(s.v_gpu, s.v_cpu) << what << ": v cache";
       }
     }
   }
@@ -75,20 +65,9 @@ TEST_F(AttentionPrefill, VsCpu) {
 // Sharp softmaxes (scores of tens): the online max and rescaling must hold up, not just averages.
 TEST_F(AttentionPrefill, SharpScores) {
   const Shape c{8, 2, 128};
-  StepPlan plan;
-  int32_t n_blocks = 0;
-  plan = make_plan({{20, 300}, {0, 70}}, 100, rng_, 16, &n_blocks);
-  const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
-  Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
-  Buffer dkc = up(kc), dvc = up(vc);
-  Buffer q = random(T, qw, 4.0f), k = random(T, kvw), v = random(T, kvw);
-  Buffer dq = up(q), dk = up(k), dv = up(v);
-  Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
   AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd, .scale = 1.0f / std::sqrt(float(c.hd))};
-  cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
-  gpu().begin_step(plan);
-  gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
-  EXPECT_LE(rel_err(down(out), host(ref)), 1e-2);
+  const AttentionStep s = attention_step({{20, 300}, {0, 70}}, p, 4.0f);
+  EXPECT_LE(rel_err(s.gpu, s.cpu), 1e-2);
 }
 
 // One sequence's 320-token prefill in one step, and split over steps at other points (each piece
@@ -156,19 +135,9 @@ TEST_F(GpuTest, AttentionPrefillDefaultPrecisionStaysF32) {
   const char* env = std::getenv("KESTREL_CUDA_TILED_ATTENTION");
   if (env && std::strcmp(env, "1") == 0) GTEST_SKIP() << "KESTREL_CUDA_TILED_ATTENTION=1 forces the BF16 kernel";
   const Shape c{8, 2, 128};
-  int32_t n_blocks = 0;
-  StepPlan plan = make_plan({{30, 200}, {0, 1}}, 100, rng_, 16, &n_blocks);
-  const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
-  Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
-  Buffer dkc = up(kc), dvc = up(vc);
-  Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw);
-  Buffer dq = up(q), dk = up(k), dv = up(v);
-  Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
   AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd, .scale = 1.0f / std::sqrt(float(c.hd))};
-  cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
-  gpu().begin_step(plan);
-  gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
-  EXPECT_LE(rel_err(down(out), host(ref)), 1e-5);
+  const AttentionStep s = attention_step({{30, 200}, {0, 1}}, p);
+  EXPECT_LE(rel_err(s.gpu, s.cpu), 1e-5);
 }
 
 }  // namespace

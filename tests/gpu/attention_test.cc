@@ -54,26 +54,15 @@ TEST_F(GpuTest, Attention) {
     const Case c = cases[i % cases.size()];
     const auto& seqs = batches[i / cases.size()];
     for (int window : {0, 5, 64, 200}) {
-      int32_t n_blocks = 0;
-      StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
-      const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
-      // The cache holds earlier positions already: the same random contents on both sides.
-      Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
-      Buffer dkc = up(kc), dvc = up(vc);
-      Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw);
-      Buffer dq = up(q), dk = up(k), dv = up(v);
-      Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
       AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
                         .scale = 1.0f / std::sqrt(float(c.hd)), .window = window};
-      cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
-      gpu().begin_step(plan);
-      gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
+      const AttentionStep s = attention_step(seqs, p);
       const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
                                std::to_string(c.hd) + " window " + std::to_string(window) + " rows " +
-                               std::to_string(T);
-      EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << what;
-      EXPECT_EQ(down(dkc), host(kc)) << what << ": k cache";
-      EXPECT_EQ(down(dvc), host(vc)) << what << ": v cache";
+                               std::to_string(s.rows);
+      EXPECT_LE(rel_err(s.gpu, s.cpu), 1e-5) << what;
+      EXPECT_EQ(s.k_gpu, s.k_cpu) << what << ": k cache";
+      EXPECT_EQ(s.v_gpu, s.v_cpu) << what << ": v cache";
     }
   }
 }

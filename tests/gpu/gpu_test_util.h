@@ -63,6 +63,17 @@ class GpuTest : public ::testing::Test {
   static std::vector<float> host(const Tensor& t) {
     return std::vector<float>(t.f32(), t.f32() + t.numel());
   }
+
+  // One paged attention step on both backends: sequences (n_past, n_tokens) as make_plan takes
+  // them (16-row blocks, the cache already holding earlier positions: the same random contents on
+  // both sides), random q (normal(0, q_scale)), k and v. Each side's output and caches after it.
+  struct AttentionStep {
+    int64_t rows = 0;
+    std::vector<float> cpu, gpu;             // [rows, heads * head_dim]
+    std::vector<float> k_cpu, k_gpu, v_cpu, v_gpu;
+  };
+  AttentionStep attention_step(const std::vector<std::pair<int, int>>& seqs, const AttentionParams& p,
+                               float q_scale = 1.0f);
 };
 
 // ||out - ref|| / ||ref|| (0 when both are zero).
@@ -102,6 +113,23 @@ inline StepPlan make_plan(const std::vector<std::pair<int, int>>& seqs, int voca
   }
   if (n_blocks_out) *n_blocks_out = total_blocks;
   return plan;
+}
+
+inline GpuTest::AttentionStep GpuTest::attention_step(const std::vector<std::pair<int, int>>& seqs,
+                                                     const AttentionParams& p, float q_scale) {
+  int32_t n_blocks = 0;
+  StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
+  const int64_t T = plan.n_rows(), kvw = int64_t(p.n_kv_heads) * p.head_dim, qw = int64_t(p.n_heads) * p.head_dim;
+  Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
+  Buffer dkc = up(kc), dvc = up(vc);
+  Buffer q = random(T, qw, q_scale), k = random(T, kvw), v = random(T, kvw);
+  Buffer dq = up(q), dk = up(k), dv = up(v);
+  Buffer ref = cpu_.alloc(DType::kF32, T, qw), out = gpu().alloc(DType::kF32, T, qw);
+  cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
+  gpu().begin_step(plan);
+  gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
+  return {.rows = T, .cpu = host(ref), .gpu = down(out), .k_cpu = host(kc), .k_gpu = down(dkc),
+          .v_cpu = host(vc), .v_gpu = down(dvc)};
 }
 
 }  // namespace kestrel::test

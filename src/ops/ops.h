@@ -4,7 +4,8 @@
 // backend (src/backend/cpu, src/backend/cuda) implements all of them, with one file per op
 // named like the op. Shapes are in the comments: T = rows of the step (flattened new tokens of
 // every sequence), H = hidden size. Unless noted, activations are F32 and weights are BF16, F16
-// or F32 matrices [out, in]. An op may write its output over an input only where it says so.
+// or F32 matrices [out, in], or block-format matrices (Q8_0 ... MXFP4) where
+// supports_weight_dtype admits them. An op may write its output over an input only where it says so.
 #pragma once
 
 #include <cmath>

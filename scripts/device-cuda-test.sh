@@ -40,8 +40,11 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   kernels+=':GpuTest.GeluMulScaleActivationMul:GpuTest.SliceCols:GpuTest.GroupRmsNorm:GpuTest.EmbedRows'
   kernels+=':GpuTest.StreamsExpandMixInject:GpuTest.StreamGate:GpuTest.RopeWholeHeadPairs:GpuTest.KvWrite'
   kernels+=':GpuTest.DilatedConv1dSilu:AttentionGeneral.*:QsaSelect.*:MoeGemma.*'
+  kernels+=':GpuTest.AddRmsNorm:AttentionPrefill.VsCpu:AttentionPrefill.SharpScores'
+  kernels+=':QuantGpuTest.MatmulEveryFormatAgainstReference:QuantGpuTest.MatmulMultiMixedFormatsEqualsSeparate'
+  kernels+=':QuantGpuTest.MoeExperts:QuantGpuTest.EmbedAndEmbedRows'
   for tool in memcheck racecheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
       --gtest_filter="$kernels" >"$out/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool exit $? ($(grep -E '(ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize-$tool.log" | tail -1))"
   done

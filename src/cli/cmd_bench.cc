@@ -181,6 +181,18 @@ int bench_cmd(const Args& args) {
                        {"achieved_GBps", bw / 1e9}, {"roofline_fraction", bw / copy_bw}, {"reps", reps}});
   };
 
+  // Whether the decode steps of a timed run replayed CUDA graphs (engine/runner.h).
+  auto report_graphs = [&](const GraphStats& g) {
+    if (ops->device() == Device::kCpu) return;
+    std::string line = g.off.empty() ? cat("on: ", g.replayed, " of ", g.replayed + g.recorded + g.eager,
+                                           " decode steps replayed (", g.recorded, " recorded, ", g.eager, " eager)")
+                                     : "off: " + g.off;
+    if (!g.failure.empty()) line += "; capture failed: " + g.failure;
+    std::printf("%-14s graphs %s\n", "", line.c_str());
+    results.back()["graphs"] = {{"on", g.off.empty()}, {"replayed", g.replayed}, {"recorded", g.recorded},
+                                {"eager", g.eager}, {"off", g.off}, {"failure", g.failure}};
+  };
+
   for (int64_t P : pps) {
     if (P == 0) continue;
     std::vector<double> tps;
@@ -209,6 +221,7 @@ int bench_cmd(const Args& args) {
     for (int64_t B : batches) {
       for (int64_t D : depths) {
         std::vector<double> tps;
+        GraphStats graphs;  // of the last timed run
         const std::string name = "tg" + std::to_string(N) + (D ? "@d" + std::to_string(D) : "");
         for (int r = 0; r < runs; ++r) {
           Runner runner(*lm.model, cpu_cache_sizing(cfg, int32_t(B), D + N + 1));
@@ -237,11 +250,13 @@ int bench_cmd(const Args& args) {
           }
           if (rec) finish_recording(name, B);
           else if (r > 0) tps.push_back(double(N * B) / seconds_since(t));
+          if (r == reps) graphs = runner.graph_stats();
         }
         // per step: all weights once, plus each sequence's KV (depth + N/2 on average) and state
         const double kv = double(costs.bytes_per_block) / 16.0 * double(D + N / 2) * double(B);
         const double state = 2.0 * double(costs.bytes_per_slot) * double(B);
         report(name, B, D, tps, weight_bytes_per_step(*lm.model, B) + kv + state, double(B));
+        report_graphs(graphs);
       }
     }
   }

@@ -1,6 +1,7 @@
 #include "engine/runner.h"
 
 #include "core/error.h"
+#include "ops/step_graphs.h"
 
 namespace kestrel {
 
@@ -15,6 +16,61 @@ CacheSizing cpu_cache_sizing(const ModelConfig& cfg, int32_t max_seqs, int64_t m
 
 Runner::Runner(Model& model, CacheSizing sizing) : model_(model), cache_(model.config(), model.ops(), sizing) {
   plan_.block_size = sizing.block_size;
+  graphs_ = dynamic_cast<StepGraphs*>(&model.ops());
+  if (!graphs_) graph_stats_.off = cat("the ", model.ops().name(), " backend records no step graphs");
+  else if (const char* why = model.graph_blocker()) graph_stats_.off = why;
+  if (!graph_stats_.off.empty()) graphs_ = nullptr;
+}
+
+Runner::~Runner() {
+  if (graphs_) graphs_->drop_graphs(this);
+}
+
+// A decode step from a graph: see runner.h.
+
+bool Runner::run_graph(const std::vector<StepItem>& items, const Tensor& out) {
+  if (graphs_) graph_stats_.off = graphs_->graphs_off_reason();  // the backend's switches may change
+  if (!graph_stats_.off.empty()) {
+    ++graph_stats_.eager;
+    return false;
+  }
+  // A replayed step skips the forward pass's host checks: check what the device would index with.
+  const int64_t V = model_.config().vocab_size;
+  for (const auto& it : items) {
+    KCHECK_MSG(it.tokens[0] >= 0 && it.tokens[0] < V, "token id ", it.tokens[0], " outside the vocabulary");
+  }
+  const StepGraphKey key{this, plan_.n_rows()};
+  Bucket& b = buckets_[key.rows];
+  if (b.recorded) {
+    if (graphs_->replay_step(key, plan_)) {
+      ++graph_stats_.replayed;
+      return true;
+    }
+    b.recorded = false;  // stale: warm up again, then record
+    b.eager_runs = 0;
+  }
+  if (b.failures < 3 && b.eager_runs >= 2) {
+    graphs_->begin_capture(key, plan_);
+    std::string why;
+    try {
+      model_.forward(plan_, cache_, out, nullptr);
+      why = graphs_->end_capture();
+    } catch (const std::exception& e) {
+      graphs_->abort_capture();
+      why = e.what();
+    }
+    if (why.empty()) {
+      b.recorded = true;
+      ++graph_stats_.recorded;
+      return true;
+    }
+    ++b.failures;
+    b.eager_runs = 0;
+    graph_stats_.failure = why;
+  }
+  ++b.eager_runs;
+  ++graph_stats_.eager;
+  return false;
 }
 
 void Runner::start(SequenceState& seq) {
@@ -66,7 +122,9 @@ Tensor Runner::forward(const std::vector<StepItem>& items, HiddenCapture* captur
   const int64_t R = int64_t(plan_.logit_rows.size());
   if (logits_.empty() || logits_.view().rows < R) logits_ = model_.ops().alloc(model_.ops().activation_dtype(), std::max<int64_t>(R, 1), V);
   Tensor out = logits_.view().rows_slice(0, R);
-  model_.forward(plan_, cache_, out, capture);
+  bool decode = !capture;
+  for (const auto& it : items) decode = decode && it.tokens.size() == 1 && !it.no_logits;
+  if (!decode || !run_graph(items, out)) model_.forward(plan_, cache_, out, capture);
   for (const auto& it : items) it.seq->n_cached += int32_t(it.tokens.size());
   return out;
 }

@@ -3,11 +3,22 @@
 // A sequence is a SequenceState: its KV block table, its recurrent-state slot and how many of
 // its tokens are cached. step() builds the StepPlan for a batch of (sequence, new tokens)
 // items, reserves the blocks they need, runs the forward pass and returns the logits rows.
+//
+// Decode steps as graphs: when the backend records step graphs (ops/step_graphs.h: CudaOps) and
+// the model allows it (Model::graph_blocker), a decode step — every item one token, each with its
+// logits, no hidden capture — runs from a graph recorded for its row count (its bucket): the
+// first two steps of a bucket run eagerly (they grow scratch, workspace and pointer tables to
+// their size), the third is recorded and launched, later ones replay it after uploading their
+// plan. A graph gone stale (device memory moved) is recorded again the same way; a capture that
+// fails runs its step eagerly, and a bucket whose capture failed 3 times stays eager. Other steps
+// (prefill chunks, mixed steps) always run eagerly. graph_stats() says what happened.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cache/model_cache.h"
@@ -29,9 +40,23 @@ struct StepItem {
   bool no_logits = false;           // no logits at all (an intermediate prefill chunk)
 };
 
+// What the decode steps of a Runner ran as (see the header comment).
+struct GraphStats {
+  int64_t replayed = 0;  // decode steps replayed from a graph
+  int64_t recorded = 0;  // decode steps recorded as a graph (and launched)
+  int64_t eager = 0;     // decode steps run eagerly (warm-up, failed captures, graphs off)
+  std::string off;       // why graphs are not used at all (empty when they are)
+  std::string failure;   // the last capture failure, if any
+};
+
+class StepGraphs;
+
 class Runner {
  public:
   Runner(Model& model, CacheSizing sizing);
+  ~Runner();
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
 
   Model& model() { return model_; }
   ModelCache& cache() { return cache_; }
@@ -48,6 +73,7 @@ class Runner {
   // sampler's argmax, computed on the backend): greedy decoding without bringing the logits back.
   const std::vector<int32_t>& step_argmax(const std::vector<StepItem>& items);
   const StepPlan& last_plan() const { return plan_; }
+  const GraphStats& graph_stats() const { return graph_stats_; }
 
  private:
   Model& model_;
@@ -55,6 +81,18 @@ class Runner {
   StepPlan plan_;
   // Reserves the items' blocks, runs the forward pass, returns the logits rows on the backend.
   Tensor forward(const std::vector<StepItem>& items, HiddenCapture* capture);
+  // Runs plan_ as a decode step from a graph (replayed or recorded now); false when it must run
+  // eagerly (then counted as such).
+  bool run_graph(const std::vector<StepItem>& items, const Tensor& out);
+
+  struct Bucket {
+    bool recorded = false;  // a graph exists (it may have gone stale)
+    int eager_runs = 0;     // eager steps since the last recording or failure
+    int failures = 0;
+  };
+  StepGraphs* graphs_ = nullptr;  // the backend's, when it records step graphs
+  std::map<int32_t, Bucket> buckets_;  // by row count
+  GraphStats graph_stats_;
 
   Buffer logits_, ids_;
   std::vector<float> host_logits_;

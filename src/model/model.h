@@ -28,6 +28,12 @@ class Model {
   virtual void forward(const StepPlan& plan, ModelCache& cache, const Tensor& logits,
                        HiddenCapture* capture = nullptr) = 0;
 
+  // Why a decode step of this model may not be recorded as a graph (ops/step_graphs.h), or null
+  // when it may: its forward pass then queues the same device work, with the same arguments, for
+  // every step of one shape, all per-step host data reaching the device through the StepPlan
+  // (Ops::begin_step). Architectures opt in once that is checked (tests/gpu/step_graphs_test.cc).
+  virtual const char* graph_blocker() const { return "its forward pass is not checked under graph capture"; }
+
   uint64_t parameter_count() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
 

@@ -1,13 +1,17 @@
 // ProfilingOps: a backend wrapped so that every op is timed on the backend's own clock (device
 // events on the GPU) and attributed to its name and to the phase the model code marked
 // (PhaseScope) — `kestrel bench --profile`. The model is loaded through the wrapper.
+// Step graphs (ops/step_graphs.h) pass through to the backend while nothing is recorded, so
+// bench's timed runs replay graphs; a recorded step runs eagerly, every op timed.
 #pragma once
 
 #include <map>
 #include <string>
 #include <string_view>
 
+#include "core/error.h"
 #include "ops/forwarding_ops.h"
+#include "ops/step_graphs.h"
 
 namespace kestrel {
 
@@ -23,9 +27,31 @@ struct OpProfile {
   int64_t steps = 0;
 };
 
-class ProfilingOps final : public ForwardingOps {
+class ProfilingOps final : public ForwardingOps, public StepGraphs {
  public:
-  explicit ProfilingOps(Ops& inner) : ForwardingOps(inner), timer_(inner.make_timer()) {}
+  explicit ProfilingOps(Ops& inner)
+      : ForwardingOps(inner), timer_(inner.make_timer()), graphs_(dynamic_cast<StepGraphs*>(&inner)),
+        inner_name_(inner.name()) {}
+
+  std::string graphs_off_reason() const override {
+    if (!graphs_) return cat("the ", inner_name_, " backend records no step graphs");
+    if (recording_) return "profiling (a recorded step times every op)";
+    return graphs_->graphs_off_reason();
+  }
+  bool replay_step(const StepGraphKey& key, const StepPlan& plan) override {
+    return graphs_off_reason().empty() && graphs_->replay_step(key, plan);
+  }
+  void begin_capture(const StepGraphKey& key, const StepPlan& plan) override {
+    KCHECK_MSG(graphs_off_reason().empty(), "step graph capture while ", graphs_off_reason());
+    graphs_->begin_capture(key, plan);
+  }
+  std::string end_capture() override { return graphs_->end_capture(); }
+  void abort_capture() override {
+    if (graphs_) graphs_->abort_capture();
+  }
+  void drop_graphs(const void* owner) override {
+    if (graphs_) graphs_->drop_graphs(owner);
+  }
 
   // Starts or stops recording (recording adds a clock mark per op).
   void set_recording(bool on) { recording_ = on; }
@@ -60,6 +86,8 @@ class ProfilingOps final : public ForwardingOps {
   };
 
   std::unique_ptr<OpTimer> timer_;
+  StepGraphs* graphs_;  // the backend's, or null
+  const char* inner_name_;
   bool recording_ = false;
   std::vector<Record> records_;
   OpProfile profile_;

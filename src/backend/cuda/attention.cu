@@ -15,10 +15,13 @@
 // and from the cache otherwise, as the CPU oracle does, and writes the step's k/v afterwards
 // (kv_write_ext_kernel: paged, or only the last ring_rows positions of each sequence for a ring).
 // Its softmax, split-KV partition and combine are the first kernel's.
-// The split count is chosen per step (choose_splits: from the step's rows and longest row), so
-// a row's bits depend on its batch. Deterministic mode instead gives each row det_splits(its own
-// key count) splits, so a row computes the same alone or batched; the grid is sized for the
-// step's largest count and a row's surplus split blocks exit.
+// The split count is chosen per step from the step's rows and longest row (step_splits), so a
+// row's bits depend on its batch. The host sizes the grid from the row count alone (split_cap);
+// the kernels compute the count on the device from the plan's max_position, and a row's surplus
+// split blocks exit — so every launch size is fixed by the step's shape and a recorded CUDA graph
+// replays any step of that shape. Deterministic mode instead gives each row det_splits(its own
+// key count) splits, so a row computes the same alone or batched; the grid is sized on the host
+// for the step's largest count (graphs are not used in that mode).
 #include <algorithm>
 
 #include "backend/cuda/attention_prefill.h"
@@ -44,6 +47,16 @@ __host__ __device__ __forceinline__ int64_t first_key(int64_t pos, int window) {
   return (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
 }
 
+// The split count of a step whose largest position is max_pos: kMinKeysPerSplit keys per split
+// at least, at most `cap` (the grid depth, split_cap) and kMaxSplits. A row's key count grows
+// with its position, so the step's longest row is the one at max_pos.
+__host__ __device__ __forceinline__ int step_splits(int64_t max_pos, int window, int cap) {
+  const int64_t keys = max_pos - first_key(max_pos, window) + 1;
+  int64_t n = (keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  if (n > cap) n = cap;
+  return int(n < 1 ? 1 : n > kMaxSplits ? kMaxSplits : n);
+}
+
 __device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const SeqStep& s, int block_size,
                                              int64_t pos) {
   const int32_t block = block_tables[s.table_begin + pos / block_size];
@@ -66,8 +79,8 @@ __global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc, 
 }
 
 // grid: (rows, n_heads, max_splits) for rows [row0, row0 + rows); block: kWarps warps. DPL = head
-// dims per lane (head_dim <= 32 * DPL). A row has max_splits splits, or det_splits(its keys) when
-// per_row_splits (deterministic mode; its surplus blocks exit).
+// dims per lane (head_dim <= 32 * DPL). A row has step_splits(*max_position) splits, or
+// det_splits(its keys) when per_row_splits (deterministic mode); surplus split blocks exit.
 // part (more than one split): [rows, n_heads, max_splits, hd + 2] = (max, sum, acc[hd]) per split.
 template <int DPL>
 __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
@@ -76,7 +89,8 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                  const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                  int block_size, int n_heads, int group, int hd, float scale, int window,
-                                 int64_t row0, bool per_row_splits, float* __restrict__ part) {
+                                 int64_t row0, bool per_row_splits, const int32_t* __restrict__ max_position,
+                                 float* __restrict__ part) {
   extern __shared__ float smem[];
   float* qs = smem;                        // [hd]
   float* accs = qs + hd;                   // [kWarps, hd]
@@ -89,7 +103,8 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   const SeqStep s = seqs[row_seq[r]];
   const int64_t pos = positions[r];
   const int64_t first = first_key(pos, window);
-  const int n_splits = per_row_splits ? det_splits(pos - first + 1) : int(gridDim.z), split = blockIdx.z;
+  const int n_splits = per_row_splits ? det_splits(pos - first + 1) : step_splits(*max_position, window, gridDim.z);
+  const int split = blockIdx.z;
   if (split >= n_splits) return;  // the whole block: a surplus split of this row
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];
   __syncthreads();
@@ -167,16 +182,19 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
 }
 
 // grid: (rows, n_heads) for rows [row0, row0 + rows); merges a row's partial results of
-// attention_kernel (its n_splits as there; a row of one split was written by attention_kernel).
+// attention_kernel or attention_ext_kernel (its n_splits as there: per row, from max_position, or
+// max_splits when max_position is null; a row of one split was written by the first kernel).
 __global__ void attention_combine_kernel(float* __restrict__ out,         // [T, n_heads * hd]
                                          const float* __restrict__ part,  // [rows, n_heads, max_splits, hd + 2]
                                          const int32_t* __restrict__ positions,  // [T]
                                          int n_heads, int hd, int max_splits, int window, int64_t row0,
-                                         bool per_row_splits) {
+                                         bool per_row_splits, const int32_t* __restrict__ max_position) {
   const int64_t r = row0 + blockIdx.x;
   const int h = blockIdx.y;
   const int64_t pos = positions[r];
-  const int n_splits = per_row_splits ? det_splits(pos - first_key(pos, window) + 1) : max_splits;
+  const int n_splits = per_row_splits ? det_splits(pos - first_key(pos, window) + 1)
+                       : max_position    ? step_splits(*max_position, window, max_splits)
+                                         : max_splits;
   if (n_splits == 1) return;
   const float* pp = part + (int64_t(blockIdx.x) * n_heads + h) * int64_t(max_splits) * (hd + 2);
   float M = -INFINITY;
@@ -198,7 +216,8 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
   }
 }
 
-// Rows [row0, row0 + rows) with up to max_splits splits each (exactly that many unless per_row_splits).
+// Rows [row0, row0 + rows) with up to max_splits splits each (step_splits, or det_splits per row
+// when per_row_splits).
 template <int DPL>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                       const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits) {
@@ -212,18 +231,19 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
   attention_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
       out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
       ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window,
-      row0, per_row_splits, part);
+      row0, per_row_splits, ctx.step.max_position, part);
   CUDA_CHECK_LAUNCH();
   if (max_splits > 1) {
     attention_combine_kernel<<<dim3(unsigned(rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
-        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0, per_row_splits);
+        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0, per_row_splits,
+        ctx.step.max_position);
     CUDA_CHECK_LAUNCH();
   }
 }
 
-// Splits per row for rows of at most max_keys keys: enough blocks to cover the GPU twice, at least
-// kMinKeysPerSplit keys each.
-int splits_for(const StepPlan& plan, const AttentionParams& p, int64_t max_keys) {
+// The most splits a row of this step may take (the grid's depth): enough blocks to cover the GPU
+// twice. The count itself, up to this, follows the keys (step_splits on the device).
+int split_cap(const StepPlan& plan, const AttentionParams& p) {
   static const int n_sm = [] {
     int dev = 0, n = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -232,27 +252,20 @@ int splits_for(const StepPlan& plan, const AttentionParams& p, int64_t max_keys)
   }();
   const int64_t blocks = int64_t(plan.n_rows()) * p.n_heads;
   const int64_t want = (2 * int64_t(n_sm) + blocks - 1) / blocks;
-  const int64_t by_keys = (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-  return int(std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits));
+  return int(std::clamp<int64_t>(want, 1, kMaxSplits));
 }
 
-// Splits for the rows' key ranges [first_key(pos), pos].
-int choose_splits(const StepPlan& plan, const AttentionParams& p) {
-  int64_t max_keys = 1;
-  for (int32_t pos : plan.positions) max_keys = std::max<int64_t>(max_keys, pos - first_key(pos, p.window) + 1);
-  return splits_for(plan, p, max_keys);
-}
-
-// Every row of the step: one launch with choose_splits' count, or in deterministic mode each row
+// Every row of the step: one launch with step_splits' count, or in deterministic mode each row
 // with det_splits of its own keys.
 template <int DPL>
 void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                    const AttentionParams& p, const StepPlan& plan) {
   const int64_t T = q.rows;
   if (!ctx.deterministic) {
-    launch_attention<DPL>(ctx, out, q, cache, p, 0, T, choose_splits(plan, p), false);
+    launch_attention<DPL>(ctx, out, q, cache, p, 0, T, split_cap(plan, p), false);
     return;
   }
+  ctx.guard->check("deterministic attention (per-row split counts chosen on the host)");
   // Deterministic: each row det_splits(its keys); consecutive rows share a launch while their
   // split results fit kDetPartialBytes (a long prefill chunk would otherwise need gigabytes).
   const size_t per_split_bytes = size_t(p.n_heads) * size_t(p.head_dim + 2) * sizeof(float);
@@ -301,7 +314,8 @@ __global__ void kv_write_ext_kernel(float* __restrict__ kc, float* __restrict__ 
 // grid: (T, n_heads, n_splits); block: kWarps warps; as attention_kernel, except for where keys
 // come from. A row's keys: positions [first, pos] (first = pos - window + 1 with a window), or
 // the row's select entries (-1 = unused). Position j is this step's k/v row (ks, vs non-null and
-// j >= n_past) or the cache's (ring or paged).
+// j >= n_past) or the cache's (ring or paged). Splits: step_splits(*max_position) when given
+// (surplus blocks exit), else the grid's depth.
 template <int DPL>
 __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                      const float* __restrict__ q,   // [T, n_heads * hd]
@@ -312,7 +326,7 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
                                      const int32_t* __restrict__ row_seq, const SeqStep* __restrict__ seqs,
                                      const int32_t* __restrict__ block_tables, int block_size, int ring_rows,
                                      int n_heads, int group, int hd, float scale, int window,
-                                     float* __restrict__ part) {
+                                     const int32_t* __restrict__ max_position, float* __restrict__ part) {
   extern __shared__ float smem[];
   float* qs = smem;                        // [hd]
   float* accs = qs + hd;                   // [kWarps, hd]
@@ -327,6 +341,9 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
   const int32_t* sel = select ? select + r * sel_cols : nullptr;
   const int64_t first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
   const int64_t n_keys = sel ? sel_cols : pos - first + 1;
+  const int n_splits = max_position ? step_splits(*max_position, window, gridDim.z) : int(gridDim.z);
+  const int split = blockIdx.z;
+  if (split >= n_splits) return;  // the whole block: a surplus split of this step
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];
   __syncthreads();
   float qv[DPL], acc[DPL];
@@ -337,7 +354,6 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int n_splits = gridDim.z, split = blockIdx.z;
   const int64_t per_split = (n_keys + n_splits - 1) / n_splits;
   const int64_t z0 = split * per_split;
   const int64_t z1 = z0 + per_split < n_keys ? z0 + per_split : n_keys;  // exclusive
@@ -400,7 +416,7 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
     }
     return;
   }
-  float* pp = part + ((r * n_heads + h) * int64_t(n_splits) + split) * (hd + 2);
+  float* pp = part + ((r * n_heads + h) * int64_t(gridDim.z) + split) * (hd + 2);
   if (threadIdx.x == 0) {
     pp[0] = M;  // -inf when this split holds no keys (then L = 0 and acc = 0)
     pp[1] = L;
@@ -414,7 +430,8 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
 
 template <int DPL>
 void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const KvLayerView& cache, const AttentionParams& p, int n_splits) {
+                          const KvLayerView& cache, const AttentionParams& p, int n_splits,
+                          const int32_t* max_position) {
   const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
   float* part = nullptr;
   if (n_splits > 1) {
@@ -427,11 +444,11 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
       out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr,
       p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
       ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, p.n_heads,
-      p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, part);
+      p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, max_position, part);
   CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
     attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
-        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false);
+        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false, max_position);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -520,14 +537,21 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   // The general path: the step's own positions from k/v, the past from the cache; write after.
   // Deterministic mode runs it unsplit: each row's sums then run in one fixed order, alone or
   // batched (no split-KV for these layers in that mode).
-  const int n_splits = ctx.deterministic ? 1
-                       : p.select.empty() ? choose_splits(plan, p)
-                                          : splits_for(plan, p, p.select.cols);
-  if (hd <= 32) launch_attention_ext<1>(ctx, out, q, k, v, cache, p, n_splits);
-  else if (hd <= 64) launch_attention_ext<2>(ctx, out, q, k, v, cache, p, n_splits);
-  else if (hd <= 128) launch_attention_ext<4>(ctx, out, q, k, v, cache, p, n_splits);
-  else if (hd <= 256) launch_attention_ext<8>(ctx, out, q, k, v, cache, p, n_splits);
-  else launch_attention_ext<16>(ctx, out, q, k, v, cache, p, n_splits);
+  // Without a selection the count follows the step's longest row (step_splits on the device, up
+  // to split_cap); a selection's key count is its width, known here.
+  int n_splits = 1;
+  const int32_t* max_position = nullptr;
+  if (!ctx.deterministic && p.select.empty()) {
+    n_splits = split_cap(plan, p);
+    max_position = ctx.step.max_position;
+  } else if (!ctx.deterministic) {
+    n_splits = step_splits(p.select.cols - 1, 0, split_cap(plan, p));  // sel_cols keys
+  }
+  if (hd <= 32) launch_attention_ext<1>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+  else if (hd <= 64) launch_attention_ext<2>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+  else if (hd <= 128) launch_attention_ext<4>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+  else if (hd <= 256) launch_attention_ext<8>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+  else launch_attention_ext<16>(ctx, out, q, k, v, cache, p, n_splits, max_position);
   if (step_kv && p.write_kv) launch_kv_write_ext(ctx, cache, k, v);
 }
 

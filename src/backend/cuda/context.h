@@ -2,6 +2,7 @@
 // handle, the step metadata begin_step uploaded, and growable scratch memory.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -13,8 +14,10 @@
 
 namespace kestrel::cuda {
 
-// Device copies of the StepPlan's arrays (uploaded once per step by CudaOps::begin_step).
+// Device copies of the StepPlan's arrays (uploaded once per step by CudaOps::begin_step, at
+// addresses fixed by the step's shape, so a recorded graph reads each step's values).
 struct StepView {
+  const int32_t* max_position = nullptr;  // [1] the step's largest position (sizes split-KV attention)
   const int32_t* tokens = nullptr;        // [T]
   const int32_t* positions = nullptr;     // [T]
   const int32_t* row_seq = nullptr;       // [T]
@@ -26,26 +29,40 @@ struct StepView {
   int32_t block_size = 0;
 };
 
+// What CUDA graph capture (ops/step_graphs.h) needs to know about device memory: an epoch that
+// advances whenever memory a recorded graph may reference is freed or moved, and whether a
+// capture is open.
+struct GraphGuard {
+  std::atomic<uint64_t> epoch{0};
+  bool capturing = false;
+  // Throws Error(kUnsupported) naming `what` (an op needing the host inside the step) while a
+  // capture is open; the capture is then abandoned and the step runs eagerly.
+  void check(const char* what) const;
+};
+
 // Device scratch in numbered slots; a slot grows (never shrinks) on demand. Work on one stream
-// is ordered, so an op may reuse a slot that the previous op used.
+// is ordered, so an op may reuse a slot that the previous op used. Growing advances the graph
+// epoch (and is refused while a capture is open).
 class Scratch {
  public:
-  Scratch() = default;
+  explicit Scratch(GraphGuard& guard) : guard_(guard) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch();
   void* get(int slot, size_t bytes);
 
  private:
+  GraphGuard& guard_;
   std::vector<void*> ptr_;
   std::vector<size_t> size_;
 };
 
 // Device copies of host arrays of device pointers (the expert weights of each MoE layer), made
-// once and reused while the pointers stay the same.
+// once and reused while the pointers stay the same. Making or replacing a table synchronizes the
+// stream, so it is refused while a capture is open (a warm-up step made them already).
 class PointerTables {
  public:
-  PointerTables() = default;
+  explicit PointerTables(GraphGuard& guard) : guard_(guard) {}
   PointerTables(const PointerTables&) = delete;
   PointerTables& operator=(const PointerTables&) = delete;
   ~PointerTables();
@@ -56,6 +73,7 @@ class PointerTables {
     std::vector<const void*> host;
     void* dev = nullptr;
   };
+  GraphGuard& guard_;
   std::unordered_map<const void*, Entry> entries_;  // keyed by the first pointer
 };
 
@@ -65,9 +83,11 @@ struct Context {
   StepView step;
   Scratch* scratch = nullptr;
   PointerTables* tables = nullptr;
+  GraphGuard* guard = nullptr;
   MatmulPrecision matmul_precision = MatmulPrecision::kBf16x3;
   bool deterministic = false;  // batch-invariant kernels only (CudaOps::set_deterministic)
   // Copies host data into scratch slot `slot` (stream-ordered) and returns the device pointer.
+  // Pageable host memory: refused while a capture is open.
   void* upload_scratch(int slot, const void* host, size_t bytes) const;
 };
 
@@ -108,7 +128,9 @@ void mul(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b
 void scale(const Context& ctx, const Tensor& x, float s);
 void activation(const Context& ctx, const Tensor& x, Activation act);
 void slice_cols(const Context& ctx, const Tensor& out, const Tensor& x, int64_t begin);
-void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
+// device_rows: a device copy of `rows` (the step's logit rows), or null to upload them.
+void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows,
+                 const int32_t* device_rows);
 void softcap(const Context& ctx, const Tensor& x, float cap);
 void argmax(const Context& ctx, const Tensor& ids, const Tensor& x);
 void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);

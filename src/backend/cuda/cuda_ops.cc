@@ -1,9 +1,11 @@
 #include "backend/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/context.h"
+#include "backend/cuda/step_graphs.h"
 
 namespace kestrel {
 namespace cuda {
@@ -16,6 +18,10 @@ void cuda_failed(cudaError_t err, const char* expr, const char* file, int line) 
 void cublas_failed(cublasStatus_t st, const char* expr, const char* file, int line) {
   fail(ErrorKind::kInternal, "cuBLAS error ", cublasGetStatusName(st), " (", cublasGetStatusString(st), ") in ",
        expr, " at ", file, ":", line);
+}
+
+void GraphGuard::check(const char* what) const {
+  if (capturing) unsupported("CUDA graph capture: ", what, " needs the host inside the step");
 }
 
 Scratch::~Scratch() {
@@ -31,6 +37,8 @@ void* Scratch::get(int slot, size_t bytes) {
     size_.resize(size_t(slot) + 1, 0);
   }
   if (size_[size_t(slot)] < bytes) {
+    guard_.check("growing a scratch slot");
+    guard_.epoch.fetch_add(1);  // graphs recorded with the old slot read freed memory now
     if (ptr_[size_t(slot)]) CUDA_CHECK(cudaFree(ptr_[size_t(slot)]));  // synchronizes: in-flight users finish
     ptr_[size_t(slot)] = nullptr;
     size_[size_t(slot)] = 0;
@@ -58,9 +66,11 @@ const void* const* PointerTables::get(const std::vector<const void*>& ptrs, cuda
   KCHECK(!ptrs.empty());
   auto it = entries_.find(ptrs[0]);
   if (it != entries_.end() && it->second.host == ptrs) return static_cast<const void* const*>(it->second.dev);
+  guard_.check("uploading a MoE pointer table");
   if (it == entries_.end()) it = entries_.emplace(ptrs[0], Entry{}).first;
   Entry& e = it->second;
   if (e.dev && e.host.size() < ptrs.size()) {
+    guard_.epoch.fetch_add(1);
     CUDA_CHECK(cudaFree(e.dev));
     e.dev = nullptr;
   }
@@ -72,6 +82,7 @@ const void* const* PointerTables::get(const std::vector<const void*>& ptrs, cuda
 }
 
 void* Context::upload_scratch(int slot, const void* host, size_t bytes) const {
+  guard->check("uploading a host index array (gather_rows / embed_rows)");
   void* d = scratch->get(slot, bytes);
   // Pageable source: the call returns once the bytes are staged, so `host` may change after it.
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream));
@@ -81,14 +92,20 @@ void* Context::upload_scratch(int slot, const void* host, size_t bytes) const {
 }  // namespace cuda
 
 struct CudaOps::Impl {
+  // Shared with the deleters of the buffers alloc hands out (they may outlive the backend).
+  std::shared_ptr<cuda::GraphGuard> guard = std::make_shared<cuda::GraphGuard>();
   int device = 0;
   cuda::Context ctx;
-  cuda::Scratch scratch;
-  cuda::PointerTables tables;
-  // begin_step's device copy of the plan's arrays, one allocation, grown on demand.
-  void* plan_dev = nullptr;
-  size_t plan_cap = 0;
-  std::vector<int32_t> plan_host;  // staging: the arrays packed back to back
+  cuda::Scratch scratch{*guard};
+  cuda::PointerTables tables{*guard};
+  cuda::PlanBuffer plan{*guard};
+  cuda::GraphCache graphs;
+  bool graphs_on = true;
+  // The open capture: its key, the shape of the plan begin_capture uploaded, the epoch then.
+  StepGraphKey capture_key;
+  cuda::GraphCache::Shape capture_shape;
+  size_t capture_tables = 0;
+  uint64_t capture_epoch = 0;
 };
 
 int CudaOps::device_count() {
@@ -112,12 +129,15 @@ CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
   CUBLAS_CHECK(cublasSetMathMode(impl_->ctx.cublas, CUBLAS_DEFAULT_MATH));
   impl_->ctx.scratch = &impl_->scratch;
   impl_->ctx.tables = &impl_->tables;
+  impl_->ctx.guard = impl_->guard.get();
+  const char* env = std::getenv("KESTREL_CUDA_GRAPHS");
+  impl_->graphs_on = !(env && std::strcmp(env, "0") == 0);
 }
 
 CudaOps::~CudaOps() {
   if (!impl_) return;
+  abort_capture();
   cudaStreamSynchronize(impl_->ctx.stream);
-  if (impl_->plan_dev) cudaFree(impl_->plan_dev);
   if (impl_->ctx.cublas) cublasDestroy(impl_->ctx.cublas);
   if (impl_->ctx.stream) cudaStreamDestroy(impl_->ctx.stream);
 }
@@ -178,11 +198,21 @@ bool CudaOps::device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const {
 
 std::unique_ptr<OpTimer> CudaOps::make_timer() { return std::make_unique<EventTimer>(impl_->ctx.stream); }
 
-void CudaOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream)); }
+void CudaOps::synchronize() {
+  impl_->guard->check("synchronize");
+  CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
+}
 
-void CudaOps::set_matmul_precision(MatmulPrecision p) { impl_->ctx.matmul_precision = p; }
+// Both change what a step queues: graphs recorded before are dropped (the epoch advances).
+void CudaOps::set_matmul_precision(MatmulPrecision p) {
+  impl_->ctx.matmul_precision = p;
+  impl_->guard->epoch.fetch_add(1);
+}
 MatmulPrecision CudaOps::matmul_precision() const { return impl_->ctx.matmul_precision; }
-void CudaOps::set_deterministic(bool on) { impl_->ctx.deterministic = on; }
+void CudaOps::set_deterministic(bool on) {
+  impl_->ctx.deterministic = on;
+  impl_->guard->epoch.fetch_add(1);
+}
 bool CudaOps::deterministic() const { return impl_->ctx.deterministic; }
 
 const char* matmul_precision_name(MatmulPrecision p) {
@@ -208,6 +238,7 @@ bool CudaOps::supports_weight_dtype(DType dtype) const {
 
 Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
   KCHECK(rows >= 0 && cols >= 0);
+  impl_->guard->check("allocating device memory");
   const size_t bytes = size_t(rows) * dtype_row_bytes(dtype, cols);
   void* p = nullptr;
   if (bytes) {
@@ -221,11 +252,16 @@ Buffer CudaOps::alloc(DType dtype, int64_t rows, int64_t cols) {
     CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
   }
   Tensor t{.dtype = dtype, .device = Device::kCuda, .data = p, .rows = rows, .cols = cols};
-  return Buffer(t, [](void* q) { cudaFree(q); });
+  // Freeing advances the graph epoch: a recorded graph may reference this memory.
+  return Buffer(t, [guard = impl_->guard](void* q) {
+    guard->epoch.fetch_add(1);
+    cudaFree(q);
+  });
 }
 
 Buffer CudaOps::upload(const Tensor& host) {
   KCHECK(host.device == Device::kCpu);
+  impl_->guard->check("uploading a tensor");
   Buffer b = alloc(host.dtype, host.rows, host.cols);
   if (host.nbytes()) {
     CUDA_CHECK(cudaMemcpyAsync(b.view().data, host.data, host.nbytes(), cudaMemcpyHostToDevice, impl_->ctx.stream));
@@ -236,6 +272,7 @@ Buffer CudaOps::upload(const Tensor& host) {
 
 void CudaOps::to_host(const Tensor& src, void* dst) {
   KCHECK(src.device == Device::kCuda);
+  impl_->guard->check("copying to the host");
   if (!src.nbytes()) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, impl_->ctx.stream));
   CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
@@ -261,43 +298,87 @@ void CudaOps::copy_rows(const Tensor& dst, int64_t dst_row, const Tensor& src, i
 }
 
 void CudaOps::begin_step(const StepPlan& plan) {
-  static_assert(sizeof(SeqStep) == 6 * sizeof(int32_t), "SeqStep is packed as 6 int32 for the device");
-  const size_t T = plan.tokens.size(), S = plan.seqs.size(), B = plan.block_tables.size(),
-               R = plan.logit_rows.size();
-  KCHECK(plan.positions.size() == T && plan.row_seq.size() == T);
-  // Layout (int32 units): tokens | positions | row_seq | seqs (6 each) | block_tables | logit_rows
-  const size_t total = 3 * T + 6 * S + B + R;
-  auto& h = impl_->plan_host;
-  h.resize(std::max<size_t>(total, 1));
-  int32_t* p = h.data();
-  std::memcpy(p, plan.tokens.data(), T * 4);
-  std::memcpy(p + T, plan.positions.data(), T * 4);
-  std::memcpy(p + 2 * T, plan.row_seq.data(), T * 4);
-  if (S) std::memcpy(p + 3 * T, plan.seqs.data(), S * sizeof(SeqStep));
-  if (B) std::memcpy(p + 3 * T + 6 * S, plan.block_tables.data(), B * 4);
-  if (R) std::memcpy(p + 3 * T + 6 * S + B, plan.logit_rows.data(), R * 4);
-  const size_t bytes = h.size() * 4;
-  if (impl_->plan_cap < bytes) {
-    if (impl_->plan_dev) CUDA_CHECK(cudaFree(impl_->plan_dev));
-    impl_->plan_dev = nullptr;
-    impl_->plan_cap = 0;
-    const size_t want = bytes * 2;
-    CUDA_CHECK(cudaMalloc(&impl_->plan_dev, want));
-    impl_->plan_cap = want;
+  if (impl_->guard->capturing) {
+    // begin_capture uploaded this step's plan before the capture opened: the graph reads the
+    // arrays at their addresses, and each replay uploads the next step's plan there first.
+    const cuda::GraphCache::Shape shape{plan.n_rows(), int32_t(plan.seqs.size()), int32_t(plan.logit_rows.size())};
+    KCHECK_MSG(shape == impl_->capture_shape && plan.block_tables.size() == impl_->capture_tables,
+               "CUDA graph capture: the forward pass began a step other than the one begin_capture uploaded");
+    return;
   }
-  CUDA_CHECK(cudaMemcpyAsync(impl_->plan_dev, h.data(), bytes, cudaMemcpyHostToDevice, impl_->ctx.stream));
-  const int32_t* d = static_cast<const int32_t*>(impl_->plan_dev);
-  auto& v = impl_->ctx.step;
-  v.tokens = d;
-  v.positions = d + T;
-  v.row_seq = d + 2 * T;
-  v.seqs = reinterpret_cast<const SeqStep*>(d + 3 * T);
-  v.block_tables = d + 3 * T + 6 * S;
-  v.logit_rows = d + 3 * T + 6 * S + B;
-  v.n_rows = int32_t(T);
-  v.n_seqs = int32_t(S);
-  v.block_size = plan.block_size;
+  impl_->ctx.step = impl_->plan.upload(plan, impl_->ctx.stream);
 }
+
+// ---- step graphs ----
+
+void CudaOps::set_step_graphs(bool on) { impl_->graphs_on = on; }
+
+std::string CudaOps::graphs_off_reason() const {
+  if (!impl_->graphs_on) return "switched off (KESTREL_CUDA_GRAPHS=0)";
+  if (impl_->ctx.deterministic) return "deterministic mode (attention splits are chosen per row on the host)";
+  return {};
+}
+
+bool CudaOps::replay_step(const StepGraphKey& key, const StepPlan& plan) {
+  if (!graphs_off_reason().empty()) return false;
+  const cuda::GraphCache::Shape shape{plan.n_rows(), int32_t(plan.seqs.size()), int32_t(plan.logit_rows.size())};
+  if (!impl_->graphs.find(key, shape, impl_->guard->epoch.load())) return false;
+  begin_step(plan);  // may grow the plan buffer, which makes the graph stale: look again
+  cudaGraphExec_t exec = impl_->graphs.find(key, shape, impl_->guard->epoch.load());
+  if (!exec) return false;
+  CUDA_CHECK(cudaGraphLaunch(exec, impl_->ctx.stream));
+  return true;
+}
+
+void CudaOps::begin_capture(const StepGraphKey& key, const StepPlan& plan) {
+  KCHECK_MSG(graphs_off_reason().empty(), "CUDA graph capture while graphs are off");
+  KCHECK_MSG(!impl_->guard->capturing, "CUDA graph capture: a capture is already open");
+  begin_step(plan);
+  impl_->capture_key = key;
+  impl_->capture_shape = {plan.n_rows(), int32_t(plan.seqs.size()), int32_t(plan.logit_rows.size())};
+  impl_->capture_tables = plan.block_tables.size();
+  impl_->capture_epoch = impl_->guard->epoch.load();
+  // Relaxed: cuBLAS may allocate its workspace; our own host-side needs are refused by the guard.
+  CUDA_CHECK(cudaStreamBeginCapture(impl_->ctx.stream, cudaStreamCaptureModeRelaxed));
+  impl_->guard->capturing = true;
+}
+
+std::string CudaOps::end_capture() {
+  KCHECK_MSG(impl_->guard->capturing, "CUDA graph capture: end_capture without begin_capture");
+  impl_->guard->capturing = false;
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(impl_->ctx.stream, &graph);
+  if (err != cudaSuccess || !graph) {
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    return std::string("capture failed: ") + cudaGetErrorString(err);
+  }
+  if (impl_->guard->epoch.load() != impl_->capture_epoch) {
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return "device memory was freed or moved during the capture";
+  }
+  cudaGraphExec_t exec = nullptr;
+  err = cudaGraphInstantiate(&exec, graph, 0);
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("instantiating the graph failed: ") + cudaGetErrorString(err);
+  }
+  impl_->graphs.add(impl_->capture_key, impl_->capture_shape, impl_->capture_epoch, exec);
+  CUDA_CHECK(cudaGraphLaunch(exec, impl_->ctx.stream));
+  return {};
+}
+
+void CudaOps::abort_capture() {
+  if (!impl_->guard->capturing) return;
+  impl_->guard->capturing = false;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(impl_->ctx.stream, &graph);  // no throwing: an exception is on its way
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
+void CudaOps::drop_graphs(const void* owner) { impl_->graphs.drop(owner); }
 
 void CudaOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) {
   cuda::embed(ctx(), out, table, plan, scale);
@@ -323,7 +404,9 @@ void CudaOps::gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor&
 void CudaOps::scale(const Tensor& x, double s) { cuda::scale(ctx(), x, float(s)); }
 void CudaOps::slice_cols(const Tensor& out, const Tensor& x, int64_t begin) { cuda::slice_cols(ctx(), out, x, begin); }
 void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
-  cuda::gather_rows(ctx(), out, x, rows);
+  // The step's logit rows (the output head's gather) are on the device already.
+  const bool step_rows = !rows.empty() && rows == impl_->plan.logit_rows();
+  cuda::gather_rows(ctx(), out, x, rows, step_rows ? impl_->ctx.step.logit_rows : nullptr);
 }
 void CudaOps::softcap(const Tensor& x, float cap) { cuda::softcap(ctx(), x, cap); }
 void CudaOps::argmax(const Tensor& ids, const Tensor& x) { cuda::argmax(ctx(), ids, x); }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "ops/ops.h"
+#include "ops/step_graphs.h"
 
 namespace kestrel {
 
@@ -25,7 +26,7 @@ enum class MatmulPrecision : uint8_t {
 };
 const char* matmul_precision_name(MatmulPrecision p);
 
-class CudaOps final : public Ops {
+class CudaOps final : public Ops, public StepGraphs {
  public:
   // Uses device `device`; Error(kUnsupported) naming --device cuda when there is no GPU.
   explicit CudaOps(int device = 0);
@@ -106,6 +107,16 @@ class CudaOps final : public Ops {
   // The other kernels are batch-invariant always. Costs prefill and large-batch speed (docs/cuda.md).
   void set_deterministic(bool on);
   bool deterministic() const;
+  // Step graphs (StepGraphs; docs/cuda.md "CUDA graphs"): on unless KESTREL_CUDA_GRAPHS=0 in the
+  // environment when the backend was made, or set_step_graphs(false). Never used in deterministic mode.
+  void set_step_graphs(bool on);
+
+  std::string graphs_off_reason() const override;
+  bool replay_step(const StepGraphKey& key, const StepPlan& plan) override;
+  void begin_capture(const StepGraphKey& key, const StepPlan& plan) override;
+  std::string end_capture() override;
+  void abort_capture() override;
+  void drop_graphs(const void* owner) override;
 
  private:
   struct Impl;

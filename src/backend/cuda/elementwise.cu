@@ -199,7 +199,8 @@ void softcap(const Context& ctx, const Tensor& x, float cap) {
   CUDA_CHECK_LAUNCH();
 }
 
-void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) {
+void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows,
+                 const int32_t* device_rows) {
   KCHECK_MSG(out.rows == int64_t(rows.size()) && out.cols == x.cols && out.dtype == x.dtype, "gather_rows: out [",
              out.rows, ", ", out.cols, "] for ", rows.size(), " rows of [", x.rows, ", ", x.cols, "]");
   for (int32_t r : rows) KCHECK_MSG(r >= 0 && r < x.rows, "gather_rows: row ", r, " outside [0, ", x.rows, ")");
@@ -207,7 +208,8 @@ void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const s
   const size_t row_bytes = size_t(x.cols) * dtype_size(x.dtype);
   KCHECK_MSG(row_bytes % 4 == 0, "gather_rows: rows of ", row_bytes, " bytes (need a multiple of 4)");
   const int32_t* d_rows =
-      static_cast<const int32_t*>(ctx.upload_scratch(kSlotGatherRows, rows.data(), rows.size() * 4));
+      device_rows ? device_rows
+                  : static_cast<const int32_t*>(ctx.upload_scratch(kSlotGatherRows, rows.data(), rows.size() * 4));
   gather_rows_kernel<<<unsigned(rows.size()), 128, 0, ctx.stream>>>(
       static_cast<uint32_t*>(out.data), static_cast<const uint32_t*>(x.data), d_rows, int64_t(row_bytes / 4));
   CUDA_CHECK_LAUNCH();

@@ -31,6 +31,7 @@ class QwenModel final : public Model {
  public:
   QwenModel(const ModelConfig& cfg, WeightLoader& wl);
   void forward(const StepPlan& plan, ModelCache& cache, const Tensor& logits, HiddenCapture* capture) override;
+  const char* graph_blocker() const override { return nullptr; }
 
  private:
   Tensor norm(WeightLoader& wl, const std::string& name, int64_t n) const;

@@ -1,0 +1,129 @@
+// Decode steps replayed from CUDA graphs (ops/step_graphs.h, Runner) against the same schedule run
+// eagerly on the same model and backend: every logits row of every step must be bit-identical.
+// The schedule crosses what a stale or mis-recorded graph would get wrong: batch-size buckets
+// changing (3 -> 1 -> 2 -> 3), a sequence finishing and another joining the same bucket (other
+// slot, other blocks), prefill steps between decode steps (one replaces the logits buffer, so
+// graphs go stale and are recorded again), block tables growing and split-KV attention's split count
+// changing with the longest position (every 64 keys). The graphs-on run must actually replay.
+#include <cstdio>
+#include <cstring>
+#include <span>
+
+#include "engine/runner.h"
+#include "gpu_test_util.h"
+#include "model/loader.h"
+#include "support/paths.h"
+
+namespace kestrel::test {
+namespace {
+
+#ifdef KESTREL_HAVE_CUDA
+std::vector<int32_t> tokens_for(int n, int64_t vocab, int salt) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(int32_t((i * 37 + salt * 101 + 11) % vocab));
+  return ids;
+}
+
+struct ScheduleResult {
+  std::vector<float> logits;  // every row of every step, concatenated
+  GraphStats stats;           // the runner's
+};
+
+// Greedy decode: each sequence's next token is its row's argmax of the step's logits.
+ScheduleResult run_schedule(Model& model) {
+  const int64_t V = model.config().vocab_size;
+  ScheduleResult res;
+  Runner r(model, cpu_cache_sizing(model.config(), 4, 400));
+  SequenceState a, b, c, d;
+  for (SequenceState* s : {&a, &b, &c}) r.start(*s);
+  std::vector<int32_t> next(4, 0);  // per sequence (a, b, c, d)
+  auto seq_index = [&](const SequenceState* s) { return s == &a ? 0 : s == &b ? 1 : s == &c ? 2 : 3; };
+  auto take = [&](const std::vector<StepItem>& items, const std::vector<float>& l) {
+    res.logits.insert(res.logits.end(), l.begin(), l.end());
+    const size_t rows = l.size() / size_t(V);  // an all-logits prefill item: its last row counts
+    for (size_t i = 0; i < items.size(); ++i) {
+      const float* row = l.data() + (rows - items.size() + i) * size_t(V);
+      next[size_t(seq_index(items[i].seq))] = int32_t(std::max_element(row, row + V) - row);
+    }
+  };
+  auto prefill = [&](SequenceState& s, int n, int salt, bool all_logits = false) {
+    const std::vector<int32_t> p = tokens_for(n, V, salt);
+    const std::vector<StepItem> items{{.seq = &s, .tokens = p, .all_logits = all_logits}};
+    take(items, r.step(items));
+  };
+  auto decode = [&](const std::vector<SequenceState*>& seqs, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      std::vector<std::vector<int32_t>> toks;
+      for (SequenceState* s : seqs) toks.push_back({next[size_t(seq_index(s))]});
+      std::vector<StepItem> items;
+      for (size_t j = 0; j < seqs.size(); ++j) items.push_back({.seq = seqs[j], .tokens = toks[j]});
+      take(items, r.step(items));
+    }
+  };
+  prefill(a, 120, 1);  // a decodes across positions 128 and 192: split counts change
+  prefill(b, 5, 2);
+  prefill(c, 1, 3);
+  decode({&a, &b, &c}, 12);  // bucket 3: 2 eager, recorded, replayed
+  r.finish(c);
+  r.start(d);
+  prefill(d, 3, 4);            // d takes c's slot
+  decode({&a, &b, &d}, 6);     // bucket 3 again, another sequence
+  decode({&a}, 8);             // bucket 1
+  decode({&a, &d}, 5);         // bucket 2
+  prefill(b, 200, 5, true);    // 200 logits rows: the logits buffer is replaced, graphs go stale
+  decode({&a, &b, &d}, 60);    // bucket 3 recorded again; a passes 192
+  for (SequenceState* s : {&a, &b, &d}) r.finish(*s);
+  res.stats = r.graph_stats();
+  return res;
+}
+
+class StepGraphsTest : public GpuTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(StepGraphsTest, ReplayedDecodeIsBitIdenticalToEager) {
+  auto& cuda = dynamic_cast<CudaOps&>(gpu());
+  LoadedModel lm = load_model(data_path(std::string("fixtures/") + GetParam()), cuda);
+  cuda.set_step_graphs(false);
+  const ScheduleResult eager = run_schedule(*lm.model);
+  EXPECT_EQ(eager.stats.replayed + eager.stats.recorded, 0);
+  EXPECT_NE(eager.stats.off, "");
+  cuda.set_step_graphs(true);
+  const ScheduleResult graphs = run_schedule(*lm.model);
+  std::printf("  %-14s graphs: %ld replayed, %ld recorded, %ld eager decode steps%s%s\n", GetParam(),
+              long(graphs.stats.replayed), long(graphs.stats.recorded), long(graphs.stats.eager),
+              graphs.stats.failure.empty() ? "" : "; last capture failure: ", graphs.stats.failure.c_str());
+  EXPECT_EQ(graphs.stats.off, "");
+  EXPECT_EQ(graphs.stats.failure, "");
+  EXPECT_GE(graphs.stats.recorded, 4);   // buckets 3, 1, 2 and 3 again after the long prefill
+  EXPECT_GE(graphs.stats.replayed, 60);
+  ASSERT_EQ(graphs.logits.size(), eager.logits.size());
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < eager.logits.size(); ++i) {
+    if (std::memcmp(&graphs.logits[i], &eager.logits[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+  }
+  EXPECT_EQ(differ, 0u) << GetParam() << ": " << differ << " logits differ, the first at " << first << " ("
+                        << graphs.logits[first] << " vs " << eager.logits[first] << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(QwenLine, StepGraphsTest,
+                         ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_5_tied", "qwen3_next", "qwen3_moe",
+                                           "qwen3"));
+
+// Architectures whose decode steps are not checked under capture run eagerly, and say why.
+TEST_F(GpuTest, StepGraphsOffForUncheckedArchitectures) {
+  for (const char* name : {"qwen4_exp", "gemma4_text"}) {
+    LoadedModel lm = load_model(data_path(std::string("fixtures/") + name), gpu());
+    Runner r(*lm.model, cpu_cache_sizing(lm.config(), 1, 64));
+    SequenceState s;
+    r.start(s);
+    const std::vector<int32_t> t{1};
+    for (int i = 0; i < 4; ++i) r.step({{.seq = &s, .tokens = t}});
+    EXPECT_EQ(r.graph_stats().replayed + r.graph_stats().recorded, 0) << name;
+    EXPECT_EQ(r.graph_stats().eager, 4) << name;
+    EXPECT_NE(r.graph_stats().off.find(name[0] == 'q' ? "qwen4_exp" : "gemma4"), std::string::npos)
+        << name << ": " << r.graph_stats().off;
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace kestrel::test

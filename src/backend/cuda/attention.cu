@@ -6,8 +6,9 @@
 //    keeping an online softmax, merged in shared memory. With one split the block writes the
 //    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
 //    merges the splits. A step with a sequence of 64 or more new rows takes the tiled
-//    tensor-core kernel of attention_prefill.cu instead when BF16 precision is chosen (BF16
-//    products, F32 softmax; see attention_prefill_applies); otherwise this kernel runs all rows.
+//    tensor-core kernel of attention_prefill.cu instead (hi/lo BF16 products at the default
+//    precision, F32 softmax; not with kExact or --deterministic: attention_prefill_applies);
+//    otherwise this kernel runs all rows.
 // The general path (attention_ext_kernel) covers what that write-first order cannot: a sliding
 // window's ring cache (the step's own positions may be more than the ring holds), attention over
 // KV another layer wrote (write_kv = false, or no k/v at all) and a per-row selection of positions

@@ -6,9 +6,10 @@
 
 namespace kestrel::cuda {
 
-// Whether attention_prefill takes this step: BF16 matmul precision (MatmulPrecision::kBf16) or
-// KESTREL_CUDA_TILED_ATTENTION=1 (=0: never), not deterministic mode, head_dim 64, 128 or 256,
-// 16-byte aligned q and cache, and some sequence with at least 64 new rows.
+// Whether attention_prefill takes this step: any matmul precision but kExact (BF16 products for
+// kBf16, hi/lo split products for the multi-term ones), or KESTREL_CUDA_TILED_ATTENTION=1 (=0:
+// never); not deterministic mode; head_dim 64, 128 or 256; 16-byte aligned q and cache; and some
+// sequence with at least 64 new rows.
 bool attention_prefill_applies(const Context& ctx, const Tensor& q, const KvLayerView& cache,
                                const AttentionParams& p, const StepPlan& plan);
 

@@ -34,14 +34,15 @@ TEST_F(GpuTest, Conv1dSilu) {
 
 constexpr double kRecurrentTol = 1e-5;
 // The chunked form in F32 (unit roundoff u = 2^-24) against the double oracle. Per chunk every
-// output and state entry is a chain of F32 sums: the k.k and q.k dots (dk terms), the forward
-// substitution (<= 64), W S and Q' S (dk), P V' (<= 64), K'^T V' (64), over F32-rounded q, k and
-// gate factors; to first order that is at most (3 dk + 3 * 64 + 4) u ~ 3.5e-5 (dk = 128) of the
-// magnitude of the terms summed. Random unit keys keep T = (I - A)^-1 near I, the state carried
-// from earlier chunks enters with its own earlier error times decays <= 1, and v - S^T k cancels
-// a few-fold, so we allow 1e-4 norm-wise (about three times the one-chunk bound); the
-// measured errors are printed (MEASURED lines) and recorded in docs/cuda.md.
-constexpr double kChunkedTol = 1e-4;
+// output and state entry is a chain of F32 sums: the k.k and q.k dots (dk terms each), the
+// forward substitution (<= 64), W S and Q' S (dk each), P V' (<= 64) and K'^T V' (64), over
+// F32-rounded q, k and gate factors (4 roundings). To first order the error is at most
+// (3 dk + 3 * 64 + 4) u of the magnitude of the terms summed: 3.5e-5 at dk = 128, the largest dk
+// here, which is the tolerance (norm-wise, outputs and states). It holds as long as T = (I - A)^-1
+// stays near I and the state carried from earlier chunks, which enters with its earlier error
+// times decays <= 1, does not cancel: true of random unit keys. Measured (H200): 0.4e-7 ... 4.2e-7
+// (printed as MEASURED lines; docs/cuda.md).
+constexpr double kChunkedTol = (3 * 128 + 3 * 64 + 4) * 0x1p-24;
 
 // Turns the chunked form off for the scope (KESTREL_CUDA_CHUNKED_DELTANET=0).
 struct RecurrentOnly {
@@ -198,7 +199,7 @@ TEST_P(DeltaRuleSplitTest, SplitOnChunkGridIsBitIdentical) {
   } else {
     const std::vector<float> whole = run({300});
     EXPECT_EQ(run({64, 64, 172}), whole);
-    EXPECT_EQ(run({128, 150, 22}), whole);
+    EXPECT_EQ(run({128, 128, 44}), whole);
     EXPECT_EQ(run({256, 44}), whole);
     EXPECT_LE(rel_err(run({1, 63, 70, 166}), whole), kChunkedTol);
     EXPECT_LE(rel_err(run({37, 1, 1, 261}), whole), kChunkedTol);

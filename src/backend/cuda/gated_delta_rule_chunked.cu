@@ -14,11 +14,14 @@
 //     column of [K | V], the column's 64 values in registers), written to scratch with
 //     Q' = exp(gc) q, K' = exp(gc_63 - gc) k and exp(gc_63).
 //   gdr_scan_kernel, a block per (run of chunks of one sequence, value head, 32 value columns),
-//     carrying S [dk, 32] in shared memory from chunk to chunk in order: V', the outputs, S.
+//     carrying S [dk, 32] in shared memory from chunk to chunk in order: V', the outputs, S, with
+//     the next chunk's inputs copied in (cp.async) during the current one.
 // Every sum runs in a fixed order that depends only on the chunk's own data and incoming state,
 // so a chunk computes the same bits whatever else the step holds or how the prefill was split
 // on the grid. The state stays F32 throughout (the recurrent kernel rounds it to F32 at every
 // grid point too). Precision: docs/cuda.md, tests/gpu/deltanet_test.cc.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -29,7 +32,7 @@ namespace {
 
 constexpr int kC = kGdrChunk;
 constexpr int kThreads = 256;
-constexpr int kMaxDk = 256;
+constexpr int kMaxDk = 192;                        // the scan block's shared memory
 constexpr int kBV = 32;                            // value columns per scan block
 constexpr size_t kScratchCap = size_t(256) << 20;  // chunk scratch per group of chunks
 
@@ -48,17 +51,18 @@ struct RunDev {
 };
 
 // X_i = rhs_i + sum_{m<i} A[i][m] X_m for one column (rhs_i = scale[i] * src[i * src_stride]),
-// the column's 64 values in registers; writes X to dst[i * dst_stride].
+// the column's 64 values in registers, the sum over m in four interleaved partial sums (m mod 4)
+// added pairwise; writes X to dst[i * dst_stride].
 __device__ __forceinline__ void solve_column(const float* __restrict__ am, const float* __restrict__ scale,
                                              const float* src, int64_t src_stride, float* __restrict__ dst,
                                              int64_t dst_stride) {
   float x[kC];
 #pragma unroll
   for (int i = 0; i < kC; ++i) {
-    float acc = scale[i] * src[i * src_stride];
+    float part[4] = {scale[i] * src[i * src_stride], 0.0f, 0.0f, 0.0f};  // four chains: latency
 #pragma unroll
-    for (int m = 0; m < i; ++m) acc = fmaf(am[i * (kC + 1) + m], x[m], acc);
-    x[i] = acc;
+    for (int m = 0; m < i; ++m) part[m & 3] = fmaf(am[i * (kC + 1) + m], x[m], part[m & 3]);
+    x[i] = (part[0] + part[1]) + (part[2] + part[3]);
   }
 #pragma unroll
   for (int i = 0; i < kC; ++i) dst[i * dst_stride] = x[i];
@@ -172,23 +176,25 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
   if (threadIdx.x == 0) sc.gl[base] = float(exp(gc[kC - 1]));
 }
 
-// Copies n floats (a multiple of 4, 16-byte aligned) from global to shared memory.
-__device__ __forceinline__ void stage(float* __restrict__ dst, const float* __restrict__ src, int n) {
-  const float4* s4 = reinterpret_cast<const float4*>(src);
-  float4* d4 = reinterpret_cast<float4*>(dst);
-  for (int i = threadIdx.x; i < n / 4; i += kThreads) d4[i] = s4[i];
+// Starts copying n floats (a multiple of 4, 16-byte aligned) from global to shared memory
+// (cp.async; the caller commits the group and waits for it).
+__device__ __forceinline__ void stage_async(float* __restrict__ dst, const float* __restrict__ src, int n) {
+  for (int i = threadIdx.x; i < n / 4; i += kThreads) __pipeline_memcpy_async(dst + 4 * i, src + 4 * i, 16);
 }
 
 // grid: (nv, n_runs, ceil(dv / 32)); block: 256 (8 warps; warp w owns chunk rows w + 8 r and the
-// state's float4 row groups w + 8 m, lane = value column). dynamic smem: S [dk][32],
-// buf [64][dk] (W, then Q', then K'), P [64][64], V' [64][32] floats.
+// state's float4 row groups w + 8 m, lane = value column). dynamic smem: S [dk][32], W, Q', K'
+// [64][dk], P [64][64], V' [64][32] floats. The next chunk's W, Q', P are copied in (cp.async)
+// while the state update runs, and its K' while V' and the outputs are computed.
 __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ out, ChunkScratch sc,
                                                             float* __restrict__ ssm,
                                                             const RunDev* __restrict__ runs, int nv, int dk, int dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* S = reinterpret_cast<float*>(smem_raw);  // [dk][32]
-  float* buf = S + dk * kBV;                      // [64][dk]
-  float* P = buf + kC * dk;                       // [64][64]
+  float* wb = S + dk * kBV;                       // [64][dk]
+  float* qb = wb + kC * dk;                       // [64][dk]
+  float* kb = qb + kC * dk;                       // [64][dk]
+  float* P = kb + kC * dk;                        // [64][64]
   float* vn = P + kC * kC;                        // [64][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   constexpr int kWarps = kThreads / 32, kRows = kC / kWarps;
@@ -197,24 +203,36 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
   const int e = int(blockIdx.z) * kBV + lane;
   const bool col = e < dv;
   float* state = ssm + int64_t(run.state_slot) * nv * dk * dv + int64_t(h) * dk * dv;
-  for (int d = warp; d < dk; d += kWarps) S[d * kBV + lane] = col ? state[int64_t(d) * dv + e] : 0.0f;
   const int n_groups = dk / 4;  // float4 row groups of S
+  auto chunk = [&](int ch) { return int64_t(run.chunk0 + ch) * nv + h; };
+  auto load_u = [&](int ch, float (&u)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) u[r] = col ? sc.u[(chunk(ch) * kC + warp + kWarps * r) * dv + e] : 0.0f;
+  };
+  // prologue: chunk 0's W, Q', P (group A), then its K' (group B)
+  stage_async(wb, sc.w + chunk(0) * kC * dk, kC * dk);
+  stage_async(qb, sc.q + chunk(0) * kC * dk, kC * dk);
+  stage_async(P, sc.p + chunk(0) * kC * kC, kC * kC);
+  __pipeline_commit();
+  stage_async(kb, sc.k + chunk(0) * kC * dk, kC * dk);
+  __pipeline_commit();
+  float u[kRows];
+  load_u(0, u);
+  for (int d = warp; d < dk; d += kWarps) S[d * kBV + lane] = col ? state[int64_t(d) * dv + e] : 0.0f;
   for (int ch = 0; ch < run.n_chunks; ++ch) {
-    const int64_t base = int64_t(run.chunk0 + ch) * nv + h;
-    __syncthreads();  // S written; buf, P and vn free
-    stage(buf, sc.w + base * kC * dk, kC * dk);
-    stage(P, sc.p + base * kC * kC, kC * kC);
-    __syncthreads();
+    const int64_t base = chunk(ch);
+    __pipeline_wait_prior(1);  // this chunk's group A (its K' may still be in flight)
+    __syncthreads();           // everyone's copies landed; S written
     // V' = U - W S
     float acc[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = col ? sc.u[(base * kC + warp + kWarps * r) * dv + e] : 0.0f;
+    for (int r = 0; r < kRows; ++r) acc[r] = u[r];
     for (int d = 0; d < dk; d += 4) {
       const float s0 = S[d * kBV + lane], s1 = S[(d + 1) * kBV + lane], s2 = S[(d + 2) * kBV + lane],
                   s3 = S[(d + 3) * kBV + lane];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const float4 w = *reinterpret_cast<const float4*>(buf + (warp + kWarps * r) * dk + d);
+        const float4 w = *reinterpret_cast<const float4*>(wb + (warp + kWarps * r) * dk + d);
         acc[r] = fmaf(-w.x, s0, acc[r]);
         acc[r] = fmaf(-w.y, s1, acc[r]);
         acc[r] = fmaf(-w.z, s2, acc[r]);
@@ -223,9 +241,7 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) vn[(warp + kWarps * r) * kBV + lane] = acc[r];
-    __syncthreads();  // vn complete, W done
-    stage(buf, sc.q + base * kC * dk, kC * dk);
-    __syncthreads();
+    __syncthreads();  // vn complete
     // o_i = Q'_i S + sum_{j<=i} P[i][j] V'_j
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
@@ -234,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
                   s3 = S[(d + 3) * kBV + lane];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const float4 q = *reinterpret_cast<const float4*>(buf + (warp + kWarps * r) * dk + d);
+        const float4 q = *reinterpret_cast<const float4*>(qb + (warp + kWarps * r) * dk + d);
         acc[r] = fmaf(q.x, s0, acc[r]);
         acc[r] = fmaf(q.y, s1, acc[r]);
         acc[r] = fmaf(q.z, s2, acc[r]);
@@ -247,8 +263,18 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
       for (int j = 0; j <= i; ++j) acc[r] = fmaf(P[i * kC + j], vn[j * kBV + lane], acc[r]);
       if (col) out[(int64_t(run.row_begin) + int64_t(ch) * kC + i) * nv * dv + int64_t(h) * dv + e] = acc[r];
     }
-    __syncthreads();  // reads of S and Q' done
-    stage(buf, sc.k + base * kC * dk, kC * dk);
+    __syncthreads();  // W, Q', P and the reads of S done
+    const bool next = ch + 1 < run.n_chunks;
+    if (next) {
+      stage_async(wb, sc.w + chunk(ch + 1) * kC * dk, kC * dk);
+      stage_async(qb, sc.q + chunk(ch + 1) * kC * dk, kC * dk);
+      stage_async(P, sc.p + chunk(ch + 1) * kC * kC, kC * kC);
+      __pipeline_commit();
+      load_u(ch + 1, u);
+      __pipeline_wait_prior(1);  // this chunk's K'
+    } else {
+      __pipeline_wait_prior(0);
+    }
     __syncthreads();
     // S = exp(gc_63) S + sum_i K'_i V'_i^T, a float4 row group at a time
     const float gl = sc.gl[base];
@@ -258,7 +284,7 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
             s3 = gl * S[(d + 3) * kBV + lane];
       for (int i = 0; i < kC; ++i) {
         const float v = vn[i * kBV + lane];
-        const float4 k = *reinterpret_cast<const float4*>(buf + i * dk + d);
+        const float4 k = *reinterpret_cast<const float4*>(kb + i * dk + d);
         s0 = fmaf(k.x, v, s0);
         s1 = fmaf(k.y, v, s1);
         s2 = fmaf(k.z, v, s2);
@@ -269,8 +295,12 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
       S[(d + 2) * kBV + lane] = s2;
       S[(d + 3) * kBV + lane] = s3;
     }
+    __syncthreads();  // K' free, S complete
+    if (next) {
+      stage_async(kb, sc.k + chunk(ch + 1) * kC * dk, kC * dk);
+      __pipeline_commit();
+    }
   }
-  __syncthreads();
   for (int d = warp; d < dk; d += kWarps)
     if (col) state[int64_t(d) * dv + e] = S[d * kBV + lane];
 }
@@ -336,7 +366,7 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   sc.p = sc.k + max_chunks * nv * kC * dk;
   sc.gl = sc.p + max_chunks * nv * kC * kC;
   const size_t prep_smem = kC * sizeof(double) + (2 * size_t(kC) * (dk + 1) + size_t(kC) * (kC + 1) + 2 * kC) * 4;
-  const size_t scan_smem = (size_t(dk) * kBV + size_t(kC) * dk + size_t(kC) * kC + size_t(kC) * kBV) * 4;
+  const size_t scan_smem = (size_t(dk) * kBV + 3 * size_t(kC) * dk + size_t(kC) * kC + size_t(kC) * kBV) * 4;
   CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));
   CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));
   for (const Group& g : groups) {

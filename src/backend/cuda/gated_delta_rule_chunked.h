@@ -29,7 +29,7 @@ struct GdrChunkRun {
   int32_t row_begin = 0, n_chunks = 0, state_slot = 0;
 };
 
-// Whether the chunked kernels take these head shapes (k head size a multiple of 4, at most 256).
+// Whether the chunked kernels take these head shapes (k head size a multiple of 4, at most 192).
 bool gdr_chunked_supports(const DeltaNetConfig& cfg);
 
 // Runs the chunked form over the runs (tensors as gated_delta_rule takes them, already checked),

@@ -40,8 +40,8 @@ constexpr double kRecurrentTol = 1e-5;
 // (3 dk + 3 * 64 + 4) u of the magnitude of the terms summed: 3.5e-5 at dk = 128, the largest dk
 // here, which is the tolerance (norm-wise, outputs and states). It holds as long as T = (I - A)^-1
 // stays near I and the state carried from earlier chunks, which enters with its earlier error
-// times decays <= 1, does not cancel: true of random unit keys. Measured (H200): 0.4e-7 ... 4.2e-7
-// (printed as MEASURED lines; docs/cuda.md).
+// times decays <= 1, does not cancel: true of random unit keys. Measured (H200, two runs):
+// 2.9e-8 ... 4.2e-7 (printed as MEASURED lines; docs/cuda.md).
 constexpr double kChunkedTol = (3 * 128 + 3 * 64 + 4) * 0x1p-24;
 
 // Turns the chunked form off for the scope (KESTREL_CUDA_CHUNKED_DELTANET=0).

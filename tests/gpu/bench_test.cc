@@ -3,6 +3,7 @@
 // Host wall time around many back-to-back launches after a warm-up, so launch gaps count too.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include "gpu_test_util.h"
@@ -106,16 +107,25 @@ TEST_F(GpuBench, DeterministicMode) {
 #endif
 }
 
+// The recurrent form (token by token, KESTREL_CUDA_CHUNKED_DELTANET=0) against the default
+// dispatch (the chunked form for whole 64-token chunks) at Qwen3.5-9B's heads.
 TEST_F(GpuBench, DeltaRule) {
   DeltaNetConfig cfg{.n_k_heads = 16, .n_v_heads = 32, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
-  for (int T : {1, 1024}) {
+  for (int T : {1, 1024, 8192}) {
     StepPlan plan = make_plan({{0, T}}, 10, rng_);
     Buffer qkv = up(random(T, cfg.conv_dim())), a = up(random(T, 32)), b = up(random(T, 32));
     Buffer an = up(random(1, 32)), dt = up(random(1, 32));
     Buffer ssm = gpu().alloc(DType::kF32, 1, 32 * 128 * 128), out = gpu().alloc(DType::kF32, T, 32 * 128);
     gpu().begin_step(plan);
-    const double s = time([&] { gpu().gated_delta_rule(out, qkv, a, b, an, dt, {.conv = {}, .ssm = ssm}, cfg, plan); }, T > 1 ? 3 : 20, 1);
-    std::printf("BENCH gated_delta_rule_T%d %.1f us (%.2f us/token)\n", T, s * 1e6, s * 1e6 / T);
+    for (bool recurrent : {true, false}) {
+      if (T == 1 && !recurrent) continue;  // a single token runs the recurrent form either way
+      if (recurrent) setenv("KESTREL_CUDA_CHUNKED_DELTANET", "0", 1);
+      const double s = time([&] { gpu().gated_delta_rule(out, qkv, a, b, an, dt, {.conv = {}, .ssm = ssm}, cfg, plan); },
+                            T > 1 ? 3 : 20, 1);
+      unsetenv("KESTREL_CUDA_CHUNKED_DELTANET");
+      std::printf("BENCH gated_delta_rule_%s_T%d %.1f us (%.3f us/token)\n", recurrent ? "recurrent" : "chunked", T,
+                  s * 1e6, s * 1e6 / T);
+    }
   }
 }
 

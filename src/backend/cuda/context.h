@@ -103,7 +103,9 @@ enum ScratchSlot : int {
   kSlotConvOut = 7,        // conv1d outputs before they replace the inputs
   kSlotEmbedRows = 8,      // embed_rows: where each output row comes from
   kSlotQsaScores = 9,      // qsa_select: [T, max blocks] block scores
-  kNumSlots = 10,
+  kSlotGdrMeta = 10,       // gated_delta_rule, chunked: chunk rows and runs per group
+  kSlotGdrChunks = 11,     // gated_delta_rule, chunked: per-chunk W, U, Q', K', P
+  kNumSlots = 12,
 };
 
 // Checks that begin_step ran with this plan.

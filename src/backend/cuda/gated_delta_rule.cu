@@ -1,24 +1,37 @@
-// gated_delta_rule: Gated DeltaNet per (sequence, value head), the recurrent form token by
-// token, with the state S [dk, dv] held in registers in double:
+// gated_delta_rule: Gated DeltaNet per (sequence, value head),
 //
 //   S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - S^T k_t))^T,    o_t = S_t^T q_t
 //
-// A block owns 32 value columns of one head of one sequence (one column per lane) and all dk key
-// rows, 32 per warp, so a decode step reads and writes each state element once, spread over
-// n_v_heads * ceil(dv / 32) blocks per sequence. The sums over k run per warp and then over the
-// warps in a fixed order. The next token's q, k, v, a, b are loaded while the current one is
-// computed. At the end of every chunk of the 64-aligned grid the state is rounded to F32, exactly
-// as when a step ends there, so prefill split on that grid is bit-identical to one pass (and any
-// other split agrees to F32 rounding); the algebra is in double as on the CPU oracle (whose
-// comment explains why). The chunked (WY) tensor-core form for long prefills is not built yet
-// (docs/cuda.md).
+// in two forms, chosen per sequence by where its new tokens sit on the absolute 64-grid:
+// - the whole chunks of the grid (prefill) run the chunked (WY) form in F32
+//   (gated_delta_rule_chunked.cu), when some sequence of the step has one and the head shapes
+//   suit it (KESTREL_CUDA_CHUNKED_DELTANET=0 turns it off);
+// - the tokens before the first grid point and after the last whole chunk (decode, partial
+//   chunks) run the recurrent form below, token by token, in double.
+// A sequence's pieces run in order (recurrent head, chunks, recurrent tail), each piece's
+// arithmetic depending only on that sequence, so results do not depend on the batch.
+//
+// Recurrent kernel: a block owns 32 value columns of one head of one sequence (one column per
+// lane) and all dk key rows, 32 per warp, with the state in registers in double, so a decode step
+// reads and writes each state element once, spread over n_v_heads * ceil(dv / 32) blocks per
+// sequence. The sums over k run per warp and then over the warps in a fixed order. The next
+// token's q, k, v, a, b are loaded while the current one is computed. At the end of every chunk of
+// the 64-aligned grid the state is rounded to F32, exactly as when a step ends there (and as the
+// chunked form stores it), so prefill split on that grid is bit-identical to one pass; a split off
+// the grid moves work between the two forms and agrees to their precision (docs/cuda.md).
+#include <cstdlib>
+
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gated_delta_rule_chunked.h"
 
 namespace kestrel::cuda {
 namespace {
 
-constexpr int kChunk = 64;    // the engine's chunk grid (absolute positions)
+constexpr int kChunk = kGdrChunk;
 constexpr int kRowsPerWarp = 32;
+
+// Which of a sequence's new tokens a recurrent launch takes (gdr_split).
+enum class Part : int { kAll, kHead, kTail };
 
 // grid: (n_v_heads, n_seqs, ceil(dv / 32)); block: 32 * ceil(dk / 32) threads;
 // dynamic smem: q, k [n_threads] + partial sums [2][n_warps][32] + norms [2][n_warps], doubles.
@@ -29,7 +42,7 @@ __global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
                            const float* __restrict__ a_neg,    // [nv]
                            const float* __restrict__ dt_bias,  // [nv]
                            float* __restrict__ ssm,            // [n_slots, nv * dk * dv]
-                           const SeqStep* __restrict__ seqs, int nk, int nv, int dk, int dv) {
+                           const SeqStep* __restrict__ seqs, Part part, int nk, int nv, int dk, int dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   double* qs = reinterpret_cast<double*>(smem_raw);  // [blockDim.x], zero past dk
@@ -38,6 +51,13 @@ __global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
   double* norms = red + 2 * n_warps * 32;            // [2][n_warps]
   const int h = blockIdx.x, kh = h / (nv / nk);
   const SeqStep s = seqs[blockIdx.y];
+  int32_t t_begin = 0, t_end = s.n_tokens;
+  if (part != Part::kAll) {
+    const GdrSplit sp = gdr_split(s.n_past, s.n_tokens);
+    if (part == Part::kHead) t_end = sp.head;
+    else t_begin = sp.head + sp.n_full * kChunk;
+  }
+  if (t_begin >= t_end) return;  // the whole block: nothing to do, state untouched
   const int e = int(blockIdx.z) * 32 + lane;
   const bool col = e < dv;
   const int64_t qkv_cols = 2 * int64_t(nk) * dk + int64_t(nv) * dv;
@@ -58,11 +78,11 @@ __global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
     araw = a[r * nv + h];
     braw = b[r * nv + h];
   };
-  if (s.n_tokens > 0) load(s.row_begin);
-  for (int32_t t = 0; t < s.n_tokens; ++t) {
+  load(s.row_begin + t_begin);
+  for (int32_t t = t_begin; t < t_end; ++t) {
     const int64_t r = s.row_begin + t;
     const double qd = qn, kd = kn, ve = vn, ar = araw, br = braw;
-    if (t + 1 < s.n_tokens) load(r + 1);
+    if (t + 1 < t_end) load(r + 1);
     // L2 norms of q and k over dk
     const double sq = warp_sum(qd * qd), sk = warp_sum(kd * kd);
     if (lane == 0) {
@@ -115,6 +135,11 @@ __global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
     if (col && d0 + i < dk) state[int64_t(d0 + i) * dv + e] = float(S[i]);
 }
 
+bool chunked_enabled() {
+  const char* v = std::getenv("KESTREL_CUDA_CHUNKED_DELTANET");
+  return !(v && v[0] == '0');
+}
+
 }  // namespace
 
 void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
@@ -139,9 +164,26 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(gdr_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
-  gdr_kernel<<<grid, threads, smem, ctx.stream>>>(out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(),
-                                                  state.ssm.f32(), ctx.step.seqs, nk, nv, dk, dv);
-  CUDA_CHECK_LAUNCH();
+  auto recurrent = [&](Part part) {
+    gdr_kernel<<<grid, threads, smem, ctx.stream>>>(out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(),
+                                                    dt_bias.f32(), state.ssm.f32(), ctx.step.seqs, part, nk, nv, dk,
+                                                    dv);
+    CUDA_CHECK_LAUNCH();
+  };
+  std::vector<GdrChunkRun> runs;
+  if (chunked_enabled() && gdr_chunked_supports(cfg)) {
+    for (const SeqStep& s : plan.seqs) {
+      const GdrSplit sp = gdr_split(s.n_past, s.n_tokens);
+      if (sp.n_full > 0) runs.push_back({s.row_begin + sp.head, sp.n_full, s.state_slot});
+    }
+  }
+  if (runs.empty()) {
+    recurrent(Part::kAll);
+    return;
+  }
+  recurrent(Part::kHead);
+  gated_delta_rule_chunked(ctx, out, qkv, a, b, a_neg, dt_bias, state.ssm, cfg, runs);
+  recurrent(Part::kTail);
 }
 
 }  // namespace kestrel::cuda

@@ -175,29 +175,32 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
   else gemv_rows_block<Q, R>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
 }
 
-// Output columns per warp of the block GEMV: the unit GEMV takes 2 (twice the warps of the
-// plain GEMV's 4: more loads in flight and a smaller last wave), the load8 formats 4.
-constexpr int kUnitCols = 2;
+// Output columns per warp of the block GEMV over R rows: the unit GEMV takes 2 for one row
+// (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
+// 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
+// 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
+template <int R>
+constexpr int kUnitCols = R == 1 ? 2 : 4;
 inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
-inline int64_t gemv_quant_blocks(DType dt, int64_t N) {
-  return ceil_div(N, kGemvWarps * (is_unit_format(dt) ? kUnitCols : kGemv1Cols));
+inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R) {
+  return ceil_div(N, kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols));
 }
 
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
-// kernel holds only the unit GEMV and is capped at 80 registers for one row (3 blocks per SM)
-// and 128 for R > 1 (2 blocks), neither of which spills; the general kernel holds every format.
-// A matrix's code, and so its bits, is the same in both.
+// kernel holds only the unit GEMV and, for one row, is capped at 80 registers (3 blocks per SM;
+// no spills); R > 1 is not capped (at 128 registers it spilled: T = 8 ran at 60% of the speed).
+// The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 template <int R, bool kUnitsOnly>
-__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly ? (R == 1 ? 3 : 2) : 1)
+__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 3 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
   int m = 0;
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
   const DType dt = t.dtype[m];
-  if (dt == DType::kQ4_K) gemv_units_block<UQ4_K, R, kGemvWarps, kUnitCols>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
-  else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
-  else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  if (dt == DType::kQ4_K) gemv_units_block<UQ4_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
   else if constexpr (!kUnitsOnly) {
     switch (dt) {
       case DType::kQ5_0: gemv_quant_block<QQ5_0, R>(t, m, x, K, block, xs); break;
@@ -395,10 +398,11 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
     mt.w[0] = w.data;
     mt.n[0] = N;
     mt.dtype[0] = w.dtype;
-    mt.block_end[0] = gemv_quant_blocks(w.dtype, N);
     for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+      const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
       mt.out[0] = out.f32() + r0 * N;
-      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, std::min<int64_t>(kGemvMaxRows, T - r0), K);
+      mt.block_end[0] = gemv_quant_blocks(w.dtype, N, rows);
+      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
     }
     return;
   }
@@ -488,7 +492,7 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     mt.out[m] = targets[size_t(m)].out.f32();
     mt.n[m] = targets[size_t(m)].w.rows;
     mt.dtype[m] = targets[size_t(m)].w.dtype;
-    blocks += quant ? gemv_quant_blocks(mt.dtype[m], mt.n[m]) : ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
+    blocks += quant ? gemv_quant_blocks(mt.dtype[m], mt.n[m], T) : ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
     mt.block_end[m] = blocks;
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");

@@ -8,8 +8,8 @@
 // applies the run's scale and min once: scale * sum(x * q) - min * sum(x), with sum(x) per run
 // computed once per lane and shared by the warp's columns. 32 lanes cover 1024 consecutive
 // elements (4 super-blocks / 32 Q8_0 blocks) per step, so a warp's loads coalesce, and one step
-// is exactly matmul.cu's 1024-column activation tile; each lane loads its next unit's weights
-// while it computes the current one.
+// is exactly matmul.cu's 1024-column activation tile; with one row, each lane loads its next
+// unit's weights while it computes the current one.
 //
 // Every row's sum runs in the same order whatever the number of rows R, so a row is bit-identical
 // alone or batched; all roundings are explicit (__fmaf_rn / __fmul_rn / __fadd_rn).
@@ -259,9 +259,11 @@ __device__ __forceinline__ void gemv_units_block(float* __restrict__ out,       
     for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
   const int64_t units = K / kUnitElems;
   if (R == 1 && n0 >= N) return;
-  // the weights of the lane's next unit are loaded while the current one is computed
-  typename U::Raw raw[kCols], next[kCols];
-  if (n0 < N && lane < units) {
+  // kPrefetch (one row): the weights of the lane's next unit are loaded while the current one
+  // is computed; with R > 1 the registers go to the rows' sums instead
+  constexpr bool kPrefetch = R == 1;
+  typename U::Raw raw[kCols], next[kPrefetch ? kCols : 1];
+  if (kPrefetch && n0 < N && lane < units) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) U::load(wr[c], lane, next[c]);
   }
@@ -283,11 +285,16 @@ __device__ __forceinline__ void gemv_units_block(float* __restrict__ out,       
     }
     const int64_t unit = kt / kUnitElems + lane;
     if (unit >= units) continue;
+    if constexpr (kPrefetch) {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) raw[c] = next[c];
-    if (unit + 32 < units) {
+      for (int c = 0; c < kCols; ++c) raw[c] = next[c];
+      if (unit + 32 < units) {
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) U::load(wr[c], unit + 32, next[c]);
+        for (int c = 0; c < kCols; ++c) U::load(wr[c], unit + 32, next[c]);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) U::load(wr[c], unit, raw[c]);
     }
     // the unit's element offsets in the tile: U's unit geometry within its 256-element group
     const int g = 256 * (lane >> 3), u = lane & 7;

@@ -188,7 +188,8 @@ inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R) {
 
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
 // kernel holds only the unit GEMV and, for one row, is capped at 80 registers (3 blocks per SM;
-// no spills); R > 1 is not capped (at 128 registers it spilled: T = 8 ran at 60% of the speed).
+// ptxas spills one register); R > 1 is not capped (at 128 registers it spilled ~140 bytes and
+// T = 8 ran at 60% of the speed; uncapped it needs up to 255, no spills).
 // The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 template <int R, bool kUnitsOnly>
 __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 3 : 1)

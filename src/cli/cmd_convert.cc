@@ -55,7 +55,7 @@ const Registrar kReg{{
                "llama.cpp's mixed recipes: each tensor gets the type llama-quantize (no importance matrix)\n"
                "would give it, e.g. Q6_K for the output head and on some layers' attn_v / ffn_down (docs/gguf.md);\n"
                "rows that are not whole 256-blocks take llama.cpp's fallbacks (Q5_0, Q5_1, Q8_0, F16).\n"
-               "Streams one row at a time; written to a temporary name and renamed.",
+               "Streams the rows in 64 MiB chunks, each quantized on all cores; written to a temporary name and renamed.",
     .options = {{"model", "m", "DIR", "Hugging Face model directory (config.json + safetensors)"},
                 {"output", "o", "FILE", "output GGUF file"},
                 {"quant", "", "TYPE", "bf16, f16, f32, q8_0, or a recipe: q4_k_m, q4_k_s, q5_k_m, q6_k", "bf16"},

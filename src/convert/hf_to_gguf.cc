@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/progress.h"
+#include "core/thread_pool.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -180,6 +182,24 @@ void set_metadata(GgufWriter& w, const ModelConfig& cfg, const std::string& arch
     w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(cfg.eos_token_ids[0])));
 }
 
+// Encodes rows [0, count) of one tensor, each row_bytes long, and appends them in row order:
+// encode(r, out) writes row r. Rows run in parallel on the global pool, a chunk of at most
+// kEncodeChunkBytes of output at a time, so the output bytes are the serial loop's and memory
+// stays bounded whatever the tensor's size.
+constexpr uint64_t kEncodeChunkBytes = uint64_t(64) << 20;
+void encode_rows(GgufWriter& w, int64_t count, size_t row_bytes, std::vector<uint8_t>& chunk,
+                 const std::function<void(int64_t, uint8_t*)>& encode) {
+  const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kEncodeChunkBytes / std::max<size_t>(row_bytes, 1)));
+  chunk.resize(size_t(std::min(chunk_rows, count)) * row_bytes);
+  for (int64_t r0 = 0; r0 < count; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, count - r0);
+    ThreadPool::global().parallel_for(rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) encode(r0 + r, chunk.data() + size_t(r) * row_bytes);
+    });
+    w.append(chunk.data(), size_t(rows) * row_bytes);
+  }
+}
+
 void apply(GgufTransform fn, float* x, int64_t n) {
   switch (fn) {
     case GgufTransform::kNone: return;
@@ -262,19 +282,17 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
   for (const GgufTensorPlan& p : layout.tensors)
     for (const GgufRowRun& r : p.rows) total += uint64_t(r.count) * (src[size_t(r.src)]->nbytes / uint64_t(layout.sources[size_t(r.src)].rows()));
   Progress progress("convert", opts.progress ? total : 0, true);
-  std::vector<float> row, permuted;
-  std::vector<uint8_t> packed;
+  std::vector<uint8_t> chunk;
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const GgufTensorPlan& p = layout.tensors[i];
     const GgmlType type = types[i];
     const int64_t n = p.shape.back();
+    const size_t out_row = ggml_row_bytes(type, n);
     w.start_tensor(p.name);
-    packed.resize(ggml_row_bytes(type, n));
     if (!p.generated.empty()) {
-      for (int64_t r = 0; r < p.n_rows(); ++r) {
-        quant::quantize_row(type, p.generated.data() + r * n, n, packed.data());
-        w.append(packed.data(), packed.size());
-      }
+      encode_rows(w, p.n_rows(), out_row, chunk, [&](int64_t r, uint8_t* out) {
+        quant::quantize_row(type, p.generated.data() + r * n, n, out);
+      });
     }
     for (const GgufRowRun& run : p.rows) {
       const TensorInfo* s = src[size_t(run.src)];
@@ -284,19 +302,19 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
       if (st == type && p.col_perm.empty() && p.fn == GgufTransform::kNone) {
         w.append(first, uint64_t(run.count) * in_row);  // same encoding: the bytes as they are
       } else {
-        row.resize(size_t(n));
-        permuted.resize(size_t(n));
-        for (int64_t r = 0; r < run.count; ++r) {
+        encode_rows(w, run.count, out_row, chunk, [&](int64_t r, uint8_t* out) {
+          thread_local std::vector<float> row, permuted;
+          row.resize(size_t(n));
           quant::dequantize_row(st, first + uint64_t(r) * in_row, n, row.data());
           float* x = row.data();
           if (!p.col_perm.empty()) {
+            permuted.resize(size_t(n));
             for (int64_t j = 0; j < n; ++j) permuted[size_t(j)] = row[size_t(p.col_perm[size_t(j)])];
             x = permuted.data();
           }
           apply(p.fn, x, n);
-          quant::quantize_row(type, x, n, packed.data());
-          w.append(packed.data(), packed.size());
-        }
+          quant::quantize_row(type, x, n, out);
+        });
       }
       report.bytes_in += uint64_t(run.count) * in_row;
       if (opts.progress) progress.advance(uint64_t(run.count) * in_row);

@@ -4,21 +4,32 @@
 // reproduces bit for bit), and "BENCH" lines for the GEMV bandwidth.
 //
 // Matmul tolerance, per output element, with S = sum_i |w_i x_i| (the reference is the double
-// dot of the dequantized row, rounded once):
-//  - GEMV path (T <= 8, and every T in deterministic mode): the dequantized weights are exact,
-//    each product and sum is one F32 rounding, and an element passes through at most
-//    1 (product) + 8 (dot8) + K / 256 (a lane's steps) + 5 (warp tree) + 1 (the output) of them:
+// dot of the dequantized row, rounded once), u = 2^-24, gamma(n) = n u / (1 - n u):
+//  - GEMV path (T <= 8, and every T in deterministic mode), Q4_K / Q6_K / Q8_0 (quant_gemv.cuh):
+//    a lane sums x * q over each run of 16 elements (an FMA chain) and applies the run's scale s
+//    and min m once (s * sum(x q) - m * sum(x)); an element's product passes through at most
+//    16 (chain) + 3 (scale, min, run pair) + ceil(K / 1024) (the lane's steps) + 5 (warp tree)
+//    roundings, and ggml's dequantized w_i is within 2u (|s q_i| + |m|) of s q_i - m, so
+//    |err| <= gamma(26 + ceil(K / 1024)) * S', S' = sum_i |x_i| (|s q_i| + |m|)
+//    <= sum_i |x_i| (|w_i| + 2 |m_i|) / (1 - 2u), m_i read back by dequantizing the block with
+//    its quants zeroed (S' = S up to rounding for the formats without a min). Folding the min
+//    out of the sum is what makes S' (not S) the scale: s q and m may nearly cancel in w.
+//  - GEMV path, Q5_0 / Q5_1 / Q5_K / MXFP4: the dequantized weights are exact, each product and
+//    sum is one F32 rounding, and an element passes through at most 1 (product) + 8 (dot8) +
+//    K / 256 (a lane's steps) + 5 (warp tree) + 1 (the output) of them:
 //    |err| <= (15 + K / 256) * 2^-24 * S.
 //  - Prefill path (T > 8): the weights are rounded to BF16 (2^-9 relative), the activations
 //    split into 3 BF16 terms (as exact as F32), cuBLAS sums K products in F32:
 //    |err| <= (2^-9 + (K + 2) * 2^-24) * S.
 #include <chrono>
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 
 #include "gpu_test_util.h"
 #include "ops/step_plan.h"
+#include "quant/blocks.h"
 #include "quant/ggml_type.h"
 #include "quant/quant.h"
 
@@ -51,28 +62,49 @@ class QuantGpuTest : public GpuTest {
                             q.cols, f.view().f32() + r * q.cols);
     return f;
   }
+  // Each element's min m_i (0 for the formats without one): the blocks dequantized with their
+  // quants zeroed give -m_i (Q4_K: d1 * 0 - m1).
+  static Buffer mins(const Tensor& q) {
+    Buffer f = host_buffer(DType::kF32, q.rows, q.cols);
+    std::fill_n(f.view().f32(), size_t(q.rows * q.cols), 0.0f);
+    if (q.dtype != DType::kQ4_K) return f;
+    std::vector<uint8_t> row(q.row_bytes());
+    for (int64_t r = 0; r < q.rows; ++r) {
+      std::memcpy(row.data(), static_cast<const uint8_t*>(q.data) + size_t(r) * q.row_bytes(), row.size());
+      for (size_t b = 0; b < row.size(); b += sizeof(quant::BlockQ4_K))
+        std::memset(row.data() + b + offsetof(quant::BlockQ4_K, qs), 0, sizeof(quant::BlockQ4_K::qs));
+      quant::dequantize_row(GgmlType::kQ4_K, row.data(), q.cols, f.view().f32() + r * q.cols);
+    }
+    return f;
+  }
+  static bool unit_gemv(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
   CudaOps& cuda() { return static_cast<CudaOps&>(gpu()); }
 
   // GPU matmul of x by the block matrix w vs the double reference, within the bound above;
-  // returns the largest |err| / S.
+  // returns the largest |err| / S (S' for the unit GEMV).
   double check_matmul(const Tensor& x, const Tensor& w, bool gemv, const std::string& what) {
     const int64_t T = x.rows, K = x.cols, N = w.rows;
-    Buffer wf = dequantized(w);
+    Buffer wf = dequantized(w), wm = mins(w);
     Buffer dx = up(x), dw = up(w), out = gpu().alloc(DType::kF32, T, N);
     gpu().matmul(out, dx, dw);
     const std::vector<float> o = down(out);
     const double u = std::ldexp(1.0, -24);
-    const double bound = gemv ? (15.0 + double(K) / 256) * u : std::ldexp(1.0, -9) + double(K + 2) * u;
+    const bool units = gemv && unit_gemv(w.dtype);
+    const double n_round = 26.0 + double((K + 1023) / 1024);
+    const double bound = units  ? n_round * u / (1 - n_round * u) / (1 - 2 * u)
+                         : gemv ? (15.0 + double(K) / 256) * u
+                                : std::ldexp(1.0, -9) + double(K + 2) * u;
     double worst = 0;
     int failures = 0;
     for (int64_t t = 0; t < T; ++t) {
       const float* xr = x.f32() + t * K;
       for (int64_t n = 0; n < N; ++n) {
         const float* wr = wf.view().f32() + n * K;
+        const float* mr = wm.view().f32() + n * K;
         double ref = 0, s = 0;
         for (int64_t k = 0; k < K; ++k) {
           ref += double(wr[k]) * double(xr[k]);
-          s += std::fabs(double(wr[k]) * double(xr[k]));
+          s += std::fabs(double(xr[k])) * (std::fabs(double(wr[k])) + (units ? 2 * std::fabs(double(mr[k])) : 0.0));
         }
         const double err = std::fabs(double(o[size_t(t * N + n)]) - ref);
         if (s > 0) worst = std::max(worst, err / s);

@@ -1,8 +1,9 @@
 // matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32 or a ggml
 // block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
-// Block formats run the same GEMV code with each 8 weights decoded in registers to ggml's
-// dequantized values (quant_blocks.cuh), one kernel for all formats (gemv_multi_quant_kernel),
+// Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K, Q6_K and
+// Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain GEMV code with each 8 weights
+// decoded in registers to ggml's dequantized values (quant_blocks.cuh),
 // so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
 // BF16 in tiles of at most 64 MiB and runs the BF16 cuBLAS path (matmul_quant).
 //
@@ -19,7 +20,7 @@
 //    1 term is plain BF16 activations. Up to 256 rows the terms are stacked into one GEMM (the
 //    weights read once); beyond, one GEMM per term. See docs/cuda.md for what each costs in parity and time.
 //    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
-#include "backend/cuda/quant_blocks.cuh"
+#include "backend/cuda/quant_gemv.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -162,9 +163,11 @@ __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, i
   }
 }
 
-// The block-format GEMV: as gemv_multi_kernel, each matrix decoded by its own format's load8
-// (a branch uniform over the block), so a Q4_K_M layer's Q4_K and Q6_K projections share one
-// launch, and matmul of one block-format matrix is this kernel with one target.
+// The block-format GEMV: as gemv_multi_kernel, each matrix decoded by its own format (a branch
+// uniform over the block), so a Q4_K_M layer's Q4_K and Q6_K projections share one launch, and
+// matmul of one block-format matrix is this kernel with one target. Q4_K, Q6_K and Q8_0 take
+// the unit GEMV of quant_gemv.cuh (a lane per 32 elements, scales folded out of the inner sums);
+// Q5_0, Q5_1, Q5_K and MXFP4 the GEMV code above with each 8 weights decoded by load8.
 template <typename Q, int R>
 __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, const float* __restrict__ x, int64_t K,
                                                  int64_t block, float* __restrict__ xs) {
@@ -172,20 +175,40 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
   else gemv_rows_block<Q, R>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
 }
 
+// Output columns per warp of the block GEMV over R rows: the unit GEMV takes 2 for one row
+// (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
+// 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
+// 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
 template <int R>
-__global__ void gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
+constexpr int kUnitCols = R == 1 ? 2 : 4;
+inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
+inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R) {
+  return ceil_div(N, kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols));
+}
+
+// kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
+// kernel holds only the unit GEMV and, for one row, is capped at 80 registers (3 blocks per SM;
+// ptxas spills one register); R > 1 is not capped (at 128 registers it spilled ~140 bytes and
+// T = 8 ran at 60% of the speed; uncapped it needs up to 255, no spills).
+// The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
+template <int R, bool kUnitsOnly>
+__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 3 : 1)
+    gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
   int m = 0;
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
-  switch (t.dtype[m]) {
-    case DType::kQ8_0: gemv_quant_block<QQ8_0, R>(t, m, x, K, block, xs); break;
-    case DType::kQ5_0: gemv_quant_block<QQ5_0, R>(t, m, x, K, block, xs); break;
-    case DType::kQ5_1: gemv_quant_block<QQ5_1, R>(t, m, x, K, block, xs); break;
-    case DType::kQ4_K: gemv_quant_block<QQ4_K, R>(t, m, x, K, block, xs); break;
-    case DType::kQ5_K: gemv_quant_block<QQ5_K, R>(t, m, x, K, block, xs); break;
-    case DType::kQ6_K: gemv_quant_block<QQ6_K, R>(t, m, x, K, block, xs); break;
-    default: gemv_quant_block<QMXFP4, R>(t, m, x, K, block, xs); break;
+  const DType dt = t.dtype[m];
+  if (dt == DType::kQ4_K) gemv_units_block<UQ4_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if constexpr (!kUnitsOnly) {
+    switch (dt) {
+      case DType::kQ5_0: gemv_quant_block<QQ5_0, R>(t, m, x, K, block, xs); break;
+      case DType::kQ5_1: gemv_quant_block<QQ5_1, R>(t, m, x, K, block, xs); break;
+      case DType::kQ5_K: gemv_quant_block<QQ5_K, R>(t, m, x, K, block, xs); break;
+      default: gemv_quant_block<QMXFP4, R>(t, m, x, K, block, xs); break;
+    }
   }
 }
 
@@ -335,20 +358,29 @@ void launch_cublas_f32(const Context& ctx, float* out, const float* x, const flo
                            &beta, out, int(N)));
 }
 
-void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                       int64_t K) {
+template <bool kUnitsOnly>
+void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                            int64_t K) {
   const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
   switch (T) {
-    case 1: gemv_multi_quant_kernel<1><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 2: gemv_multi_quant_kernel<2><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 3: gemv_multi_quant_kernel<3><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 4: gemv_multi_quant_kernel<4><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 5: gemv_multi_quant_kernel<5><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 6: gemv_multi_quant_kernel<6><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 7: gemv_multi_quant_kernel<7><<<grid, block, 0, stream>>>(mt, x, K); break;
-    default: gemv_multi_quant_kernel<8><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 1: gemv_multi_quant_kernel<1, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 2: gemv_multi_quant_kernel<2, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 3: gemv_multi_quant_kernel<3, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 4: gemv_multi_quant_kernel<4, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 5: gemv_multi_quant_kernel<5, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 6: gemv_multi_quant_kernel<6, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 7: gemv_multi_quant_kernel<7, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    default: gemv_multi_quant_kernel<8, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
   }
   CUDA_CHECK_LAUNCH();
+}
+
+void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                       int64_t K) {
+  bool units = true;
+  for (int m = 0; m < mt.count; ++m) units = units && is_unit_format(mt.dtype[m]);
+  if (units) launch_gemv_quant_rows<true>(stream, mt, blocks, x, T, K);
+  else launch_gemv_quant_rows<false>(stream, mt, blocks, x, T, K);
 }
 
 // The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows.
@@ -367,10 +399,11 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
     mt.w[0] = w.data;
     mt.n[0] = N;
     mt.dtype[0] = w.dtype;
-    mt.block_end[0] = ceil_div(N, kGemvWarps * kGemv1Cols);
     for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+      const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
       mt.out[0] = out.f32() + r0 * N;
-      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, std::min<int64_t>(kGemvMaxRows, T - r0), K);
+      mt.block_end[0] = gemv_quant_blocks(w.dtype, N, rows);
+      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
     }
     return;
   }
@@ -460,7 +493,7 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     mt.out[m] = targets[size_t(m)].out.f32();
     mt.n[m] = targets[size_t(m)].w.rows;
     mt.dtype[m] = targets[size_t(m)].w.dtype;
-    blocks += ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
+    blocks += quant ? gemv_quant_blocks(mt.dtype[m], mt.n[m], T) : ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
     mt.block_end[m] = blocks;
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");

@@ -52,7 +52,8 @@ const Registrar kReg{{
                "routers and conv1d kernels stay F32; matrices whose rows are not whole blocks of the chosen type\n"
                "stay BF16. tokenizer.json becomes tokenizer.ggml.* metadata (byte-level BPE as 'gpt2', Gemma's as\n"
                "'gemma4'). q4_k_m, q4_k_s, q5_k_m and q6_k are llama.cpp's mixed recipes: each tensor gets the\n"
-               "type llama-quantize (no importance matrix) would give it, e.g. Q6_K for the output head and on some layers' attn_v / ffn_down (docs/gguf.md);\n"
+               "type llama-quantize (no importance matrix) would give it, e.g. Q6_K for the output head and on\n"
+               "some layers' attn_v / ffn_down (docs/gguf.md);\n"
                "rows that are not whole 256-blocks take llama.cpp's fallbacks (Q5_0, Q5_1, Q8_0, F16).\n"
                "Streams one row at a time; written to a temporary name and renamed.",
     .options = {{"model", "m", "DIR", "Hugging Face model directory (config.json + safetensors)"},

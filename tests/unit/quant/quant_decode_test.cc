@@ -1,4 +1,4 @@
-// The vectorized row decoders (dequantize_row for Q8_0, Q4_K, Q6_K) against ggml's dequantization
+// The vectorized row decoders (dequantize_row for Q8_0, Q4_K, Q5_K, Q6_K) against ggml's dequantization
 // written out element by element, bit for bit, on random blocks: every byte pattern of the
 // quants and scales, and finite f16 super-block scales including subnormals and negatives.
 #include <gtest/gtest.h>
@@ -75,6 +75,28 @@ TEST(QuantDecode, Q4_KMatchesTheElementwiseReference) {
   }
   std::vector<float> got(want.size());
   dequantize_row_q4_k(blocks.data(), int64_t(got.size()), got.data());
+  expect_same_bits(got, want);
+}
+
+TEST(QuantDecode, Q5_KMatchesTheElementwiseReference) {
+  std::mt19937 rng(4);
+  auto blocks = random_blocks<BlockQ5_K>(14);
+  for (auto& b : blocks) b.d = random_f16(rng), b.dmin = random_f16(rng);
+  std::vector<float> want;
+  for (const auto& b : blocks) {
+    const float d = f16_to_f32(b.d), min = f16_to_f32(b.dmin);
+    for (int j = 0; j < kQK_K; ++j) {
+      const int sub = j / 32, l = j % 32;  // sub-block, position in it; its fifth bit is bit `sub` of qh[l]
+      uint8_t sc, m;
+      get_scale_min_k4(sub, b.scales, &sc, &m);
+      const uint8_t byte = b.qs[32 * (sub / 2) + l];
+      const int q = (sub % 2 == 0 ? byte & 0xF : byte >> 4) + ((b.qh[l] >> sub) & 1 ? 16 : 0);
+      const float d1 = d * float(sc), m1 = min * float(m);
+      want.push_back(d1 * float(q) - m1);
+    }
+  }
+  std::vector<float> got(want.size());
+  dequantize_row_q5_k(blocks.data(), int64_t(got.size()), got.data());
   expect_same_bits(got, want);
 }
 

@@ -50,10 +50,10 @@ const Registrar kReg{{
                "Qwen3-Next's in_proj_qkvz split into attn_qkv + attn_gate, Qwen3.5's value heads in tiled order\n"
                "(docs/gguf.md). qwen4_exp has no llama.cpp architecture and is refused. Norms, 1-D tensors, MoE\n"
                "routers and conv1d kernels stay F32; matrices whose rows are not whole blocks of the chosen type\n"
-               "stay BF16. A byte-level BPE tokenizer.json becomes tokenizer.ggml.* metadata; Gemma's tokenizer\n"
-               "is not converted yet (refused unless --no-tokenizer). q4_k_m, q4_k_s, q5_k_m and q6_k are\n"
-               "llama.cpp's mixed recipes: each tensor gets the type llama-quantize (no importance matrix)\n"
-               "would give it, e.g. Q6_K for the output head and on some layers' attn_v / ffn_down (docs/gguf.md);\n"
+               "stay BF16. tokenizer.json becomes tokenizer.ggml.* metadata (byte-level BPE as 'gpt2', Gemma's as\n"
+               "'gemma4'). q4_k_m, q4_k_s, q5_k_m and q6_k are llama.cpp's mixed recipes: each tensor gets the\n"
+               "type llama-quantize (no importance matrix) would give it, e.g. Q6_K for the output head and on\n"
+               "some layers' attn_v / ffn_down (docs/gguf.md);\n"
                "rows that are not whole 256-blocks take llama.cpp's fallbacks (Q5_0, Q5_1, Q8_0, F16).\n"
                "Streams the rows in 64 MiB chunks, each quantized on all cores; written to a temporary name and renamed.",
     .options = {{"model", "m", "DIR", "Hugging Face model directory (config.json + safetensors)"},

@@ -262,14 +262,12 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& opts) {
   }
 
   const bool gemma = layout.arch == "gemma4";
-  if (gemma && opts.tokenizer && file_exists(path_join(opts.model_dir, "tokenizer.json")))
-    unsupported(path_join(opts.model_dir, "tokenizer.json"),
-                ": converting Gemma's tokenizer (llama.cpp tokenizer model 'gemma4') is not supported yet; "
-                "--no-tokenizer writes the weights without it");
   GgufWriter w(opts.output);
   set_metadata(w, cfg, layout.arch, opts.model_dir,
                opts.recipe ? quant_recipe_file_type(*opts.recipe) : llama_file_type(opts.type));
-  if (opts.tokenizer && !gemma) {
+  if (opts.tokenizer && gemma) {
+    report.has_tokenizer = add_gemma4_tokenizer_metadata(w, opts.model_dir, cfg.vocab_size);
+  } else if (opts.tokenizer) {
     const std::string pre = layout.arch == "qwen35" || layout.arch == "qwen35moe" ? "qwen35" : "qwen2";
     report.has_tokenizer = add_tokenizer_metadata(w, opts.model_dir, cfg.vocab_size, pre);
   }

@@ -45,7 +45,8 @@ class Tokenizer {
   // `path` is a tokenizer.json file or a directory holding one (tokenizer_config.json beside it
   // is read when present: bos/eos token names), or a GGUF file carrying tokenizer.ggml.* metadata.
   static Tokenizer load(const std::string& path);
-  // From a GGUF file's tokenizer.ggml.* metadata (byte-level BPE; tokenizer_gguf.cc says what is read).
+  // From a GGUF file's tokenizer.ggml.* metadata ("gpt2" byte-level BPE or Gemma's "gemma4";
+  // tokenizer_gguf.cc says what is read).
   static Tokenizer from_gguf(const GgufFile& file);
   // From the files' contents; `name` names the source in error messages.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view config_json = {},

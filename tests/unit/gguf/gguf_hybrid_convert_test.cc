@@ -405,10 +405,14 @@ TEST(GgufHybridConvert, RefusesWhatLlamaCppCannotHoldByName) {
   expect_error(conv(edited_fixture("qwen3_next", "qwen3next-dense",
                                    [](nlohmann::json& c) { c["mlp_only_layers"] = {1}; })),
                ErrorKind::kUnsupported, "qwen3_next layer 1 has a dense MLP");
-  // Gemma's tokenizer is not converted; --no-tokenizer writes the weights.
+  // Gemma's tokenizer must be of the shape tokenizer.ggml.model "gemma4" stands for (the real one is
+  // tested in tokenizer_gguf_gemma_test.cc); a refusal leaves no file, --no-tokenizer writes the weights.
   const std::string dir = edited_fixture("gemma4_text", "gemma4-tok", [](nlohmann::json&) {});
   write_file_atomic(dir + "/tokenizer.json", "{}");
-  expect_error(conv(dir), ErrorKind::kUnsupported, "tokenizer.json: converting Gemma's tokenizer");
+  expect_error(conv(dir), ErrorKind::kBadInput, "tokenizer.json: expected an object with a 'model' object");
+  EXPECT_FALSE(std::filesystem::exists(out));
+  write_file_atomic(dir + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "decoder": {"type": "ByteLevel"}})");
+  expect_error(conv(dir), ErrorKind::kUnsupported, "Gemma's tokenizer must be BPE with byte_fallback");
   EXPECT_FALSE(std::filesystem::exists(out));
   const ConvertReport r = convert_hf_to_gguf({.model_dir = dir, .output = out, .progress = false, .tokenizer = false});
   EXPECT_EQ(r.arch, "gemma4");

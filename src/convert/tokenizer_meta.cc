@@ -3,6 +3,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -23,6 +25,45 @@ json parse_json(const std::string& path) {
     bad_input(path, ": not valid JSON: ", e.what());
   }
 }
+
+// The tokenizer.ggml.tokens / token_type arrays being built for a model vocabulary of `size` ids
+// from a tokenizer.json (`path`, for errors): ids must be in range; ids no token names become
+// "[PAD<id>]" (as llama.cpp's converter writes them) with the table's default type.
+struct VocabTable {
+  VocabTable(std::string path, int64_t size, int32_t default_type)
+      : path(std::move(path)), size(size), tokens(size_t(size)), types(size_t(size), default_type), seen(size_t(size)) {}
+
+  void place(const std::string& text, const json& id_json, int32_t kind, const char* where) {
+    if (!id_json.is_number_integer()) bad_input(path, ": ", where, " '", text, "' has a non-integer id");
+    const int64_t id = id_json.get<int64_t>();
+    if (id < 0 || id >= size)
+      bad_input(path, ": ", where, " '", text, "' has id ", id, " outside the model's vocabulary of ", size);
+    tokens[size_t(id)] = text;
+    types[size_t(id)] = kind;
+    seen[size_t(id)] = true;
+  }
+  // Places tokenizer.json's added_tokens, each with the type kind(content, special) gives.
+  template <typename Kind>
+  void place_added(const json& tok, Kind kind) {
+    if (!tok.contains("added_tokens") || !tok["added_tokens"].is_array()) return;
+    for (const json& a : tok["added_tokens"]) {
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
+        bad_input(path, ": added_tokens entries need 'id' and 'content'");
+      const std::string text = a["content"].get<std::string>();
+      place(text, a["id"], kind(text, a.value("special", false)), "added token");
+    }
+  }
+  void pad_unseen() {
+    for (int64_t i = 0; i < size; ++i)
+      if (!seen[size_t(i)]) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
+  }
+
+  std::string path;
+  int64_t size;
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::vector<bool> seen;
+};
 
 // tokenizer_config.json (and chat_template.jinja): the chat template, the padding token,
 // add_bos_token. Shared by the byte-level and the Gemma paths.
@@ -63,29 +104,11 @@ bool add_tokenizer_metadata(GgufWriter& w, const std::string& dir, int64_t vocab
   if (type != "BPE") unsupported(path, ": tokenizer model '", type, "' cannot be converted yet (byte-level BPE only)");
   if (!model.contains("vocab") || !model["vocab"].is_object()) bad_input(path, ": model.vocab must be an object");
 
-  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
-  std::vector<int32_t> types(static_cast<size_t>(vocab_size), kUserDefined);
-  std::vector<bool> seen(static_cast<size_t>(vocab_size), false);
-  auto place = [&](const std::string& text, const json& id_json, int32_t kind, const char* where) {
-    if (!id_json.is_number_integer()) bad_input(path, ": ", where, " '", text, "' has a non-integer id");
-    const int64_t id = id_json.get<int64_t>();
-    if (id < 0 || id >= vocab_size)
-      bad_input(path, ": ", where, " '", text, "' has id ", id, " outside the model's vocabulary of ", vocab_size);
-    tokens[size_t(id)] = text;
-    types[size_t(id)] = kind;
-    seen[size_t(id)] = true;
-  };
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) place(it.key(), it.value(), kNormal, "token");
-  if (tok.contains("added_tokens") && tok["added_tokens"].is_array()) {
-    for (const json& a : tok["added_tokens"]) {
-      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
-        bad_input(path, ": added_tokens entries need 'id' and 'content'");
-      place(a["content"].get<std::string>(), a["id"], a.value("special", false) ? kControl : kUserDefined,
-            "added token");
-    }
-  }
-  for (int64_t i = 0; i < vocab_size; ++i)
-    if (!seen[size_t(i)]) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
+  VocabTable table(path, vocab_size, kUserDefined);
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it)
+    table.place(it.key(), it.value(), kNormal, "token");
+  table.place_added(tok, [](const std::string&, bool special) { return special ? kControl : kUserDefined; });
+  table.pad_unseen();
 
   std::vector<std::string> merges;
   if (model.contains("merges") && model["merges"].is_array()) {
@@ -101,8 +124,8 @@ bool add_tokenizer_metadata(GgufWriter& w, const std::string& dir, int64_t vocab
   }
   w.set("tokenizer.ggml.model", GgufValue::string("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::string(pre));
-  w.set("tokenizer.ggml.tokens", GgufValue::strings(std::move(tokens)));
-  w.set("tokenizer.ggml.token_type", GgufValue::i32s(types));
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(std::move(table.tokens)));
+  w.set("tokenizer.ggml.token_type", GgufValue::i32s(table.types));
   w.set("tokenizer.ggml.merges", GgufValue::strings(std::move(merges)));
 
   add_config_metadata(w, dir, tok);
@@ -217,32 +240,14 @@ bool add_gemma4_tokenizer_metadata(GgufWriter& w, const std::string& dir, int64_
   const json& model = tok["model"];
   if (!model.contains("vocab") || !model["vocab"].is_object()) bad_input(path, ": model.vocab must be an object");
 
-  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
-  std::vector<int32_t> types(static_cast<size_t>(vocab_size), kUnused);
-  std::vector<bool> seen(static_cast<size_t>(vocab_size), false);
-  auto place = [&](const std::string& text, const json& id_json, int32_t kind, const char* where) {
-    if (!id_json.is_number_integer()) bad_input(path, ": ", where, " '", text, "' has a non-integer id");
-    const int64_t id = id_json.get<int64_t>();
-    if (id < 0 || id >= vocab_size)
-      bad_input(path, ": ", where, " '", text, "' has id ", id, " outside the model's vocabulary of ", vocab_size);
-    tokens[size_t(id)] = text;
-    types[size_t(id)] = kind;
-    seen[size_t(id)] = true;
-  };
+  VocabTable table(path, vocab_size, kUnused);
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it)
-    place(it.key(), it.value(), is_byte_token(it.key()) ? kByte : kNormal, "token");
-  if (tok.contains("added_tokens") && tok["added_tokens"].is_array()) {
-    for (const json& a : tok["added_tokens"]) {
-      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
-        bad_input(path, ": added_tokens entries need 'id' and 'content'");
-      const std::string text = a["content"].get<std::string>();
-      const bool special = a.value("special", false);
-      place(text, a["id"], special && !gemma_visible_marker(text) ? kControl : kUserDefined, "added token");
-    }
-  }
+    table.place(it.key(), it.value(), is_byte_token(it.key()) ? kByte : kNormal, "token");
+  table.place_added(tok, [](const std::string& text, bool special) {
+    return special && !gemma_visible_marker(text) ? kControl : kUserDefined;
+  });
   // Ids past the tokenizer (the model's vocabulary may be larger) are unused padding.
-  for (int64_t i = 0; i < vocab_size; ++i)
-    if (!seen[size_t(i)]) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
+  table.pad_unseen();
 
   std::vector<std::string> merges;
   if (model.contains("merges") && model["merges"].is_array()) {
@@ -284,15 +289,15 @@ bool add_gemma4_tokenizer_metadata(GgufWriter& w, const std::string& dir, int64_
                     " (tokenizer.ggml.add_bos_token can only add the bos token)");
     }
     if (!id) continue;
-    if (*id < 0 || *id >= vocab_size || !seen[size_t(*id)])
+    if (*id < 0 || *id >= vocab_size || !table.seen[size_t(*id)])
       bad_input(path, ": the ", typ, " token id ", *id, " names no token of the tokenizer");
     ids.emplace_back(std::string("tokenizer.ggml.") + key, uint32_t(*id));
   }
 
   w.set("tokenizer.ggml.model", GgufValue::string("gemma4"));
-  w.set("tokenizer.ggml.tokens", GgufValue::strings(std::move(tokens)));
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(std::move(table.tokens)));
   w.set("tokenizer.ggml.scores", GgufValue::f32s(std::vector<float>(static_cast<size_t>(vocab_size), -1000.0f)));
-  w.set("tokenizer.ggml.token_type", GgufValue::i32s(types));
+  w.set("tokenizer.ggml.token_type", GgufValue::i32s(table.types));
   w.set("tokenizer.ggml.merges", GgufValue::strings(std::move(merges)));
   for (const auto& [key, id] : ids) w.set(key, GgufValue::u32(id));
   add_config_metadata(w, dir, tok);  // the chat template and the padding token

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "support/paths.h"
 #include "tokenizer/tokenizer.h"
@@ -62,6 +63,34 @@ inline std::string kjv_prefix(size_t chars) {
     ++count;
   }
   return text.substr(0, i);
+}
+
+// A tokenizer rebuilt from other data (GGUF metadata) against `family`'s tokenizer.json `ref` and
+// its fixture: every fixture string encodes (with and without special tokens) and decodes as
+// Hugging Face did, the corpus encodes to the same ids, and every id has the same text, bytes
+// and specialness.
+inline void expect_same_as_fixture(const tok::Tokenizer& tok, const tok::Tokenizer& ref, const std::string& family) {
+  EXPECT_EQ(tok.vocab_size(), ref.vocab_size());
+  for (const auto& s : text_fixture(family)["strings"]) {
+    const std::string text = s["text"].get<std::string>();
+    SCOPED_TRACE(text.substr(0, 80));
+    EXPECT_EQ(tok.encode(text), s["ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(tok.encode(text, {.add_special_tokens = true}), s["ids_special"].get<std::vector<int32_t>>());
+    EXPECT_EQ(tok.decode(s["ids"].get<std::vector<int32_t>>()), s["decoded"].get<std::string>());
+  }
+  const auto& corpus = text_fixture(family)["corpus"];
+  const std::string text = kjv_prefix(corpus["chars"].get<size_t>());
+  ASSERT_FALSE(text.empty()) << "the `bible` command (Debian bible-kjv) is needed for the corpus";
+  const std::vector<int32_t> ids = tok.encode(text);
+  const std::vector<int32_t> expected = corpus["ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), expected.size());
+  for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(ids[i], expected[i]) << "first difference at token " << i;
+  for (int32_t id = 0; id < ref.vocab_size(); ++id) {
+    ASSERT_EQ(tok.id_to_token(id), ref.id_to_token(id)) << id;
+    ASSERT_EQ(tok.is_special(id), ref.is_special(id)) << id;
+    ASSERT_EQ(tok.piece(id).bytes, ref.piece(id).bytes) << id;
+    ASSERT_EQ(tok.piece(id).raw_bytes, ref.piece(id).raw_bytes) << id;
+  }
 }
 
 }  // namespace kestrel::test

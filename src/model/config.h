@@ -51,7 +51,16 @@ struct DeltaNetConfig {
   int v_head_dim = 0;
   int conv_kernel = 0;
   Activation gate_act = Activation::kSilu;  // of the output gate (rmsnorm(o) * act(z))
+  // The order of the value heads (and of everything indexed by them: the value channels, a, b,
+  // A, dt_bias, z, the output projection's input columns). Grouped, the checkpoints' order: the
+  // n_v / n_k value heads of each key head together, head h reads key head h / (n_v / n_k).
+  // Tiled, llama.cpp's Qwen3.5 GGUF order: head h reads key head h mod n_k (set when a GGUF is
+  // loaded in its own order; docs/gguf.md).
+  bool tiled_value_heads = false;
   int conv_dim() const { return 2 * n_k_heads * k_head_dim + n_v_heads * v_head_dim; }
+  // Value head h reads key head (h / key_head_div()) mod n_k_heads, in either order.
+  int key_head_div() const { return tiled_value_heads ? 1 : n_v_heads / n_k_heads; }
+  int key_head(int h) const { return (h / key_head_div()) % n_k_heads; }
 };
 
 struct MoeConfig {

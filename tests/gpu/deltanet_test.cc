@@ -54,6 +54,7 @@ struct GdrCase {
   int nk, nv, dk, dv;
   std::vector<std::pair<int, int>> seqs = kSeqs;  // (n_past, n_tokens)
   float decay = 1.0f;                             // scales a_neg: < 1 carries the state further
+  bool tiled = false;                             // value heads in llama.cpp's tiled order
 };
 
 class DeltaRuleTest : public GpuTest {
@@ -66,6 +67,7 @@ class DeltaRuleTest : public GpuTest {
     StepPlan plan = make_plan(c.seqs, 10, rng_);
     DeltaNetConfig cfg{.n_k_heads = c.nk, .n_v_heads = c.nv, .k_head_dim = c.dk, .v_head_dim = c.dv,
                        .conv_kernel = 4};
+    cfg.tiled_value_heads = c.tiled;
     const int64_t T = plan.n_rows(), S = int64_t(plan.seqs.size());
     Buffer qkv = random(T, cfg.conv_dim()), a = random(T, c.nv), b = random(T, c.nv);
     Buffer a_neg = random(1, c.nv), dt_bias = random(1, c.nv, 0.5f);
@@ -86,7 +88,7 @@ class DeltaRuleTest : public GpuTest {
   // Both forms against the CPU: the recurrent alone within kRecurrentTol, the default dispatch
   // (chunked for whole chunks) within kChunkedTol.
   void check(const GdrCase& c) {
-    const std::string what = std::to_string(c.nk) + "/" + std::to_string(c.nv) + " heads, dk " +
+    const std::string what = std::to_string(c.nk) + "/" + std::to_string(c.nv) + (c.tiled ? " tiled" : "") + " heads, dk " +
                              std::to_string(c.dk) + " dv " + std::to_string(c.dv) + " decay x" +
                              std::to_string(c.decay);
     const Errors rec = compare(c, true);
@@ -114,6 +116,14 @@ TEST_F(DeltaRuleTest, LongUnevenDims) {
   check({2, 6, 100, 80, kLongSeqs});
   check({1, 3, 64, 96, kLongSeqs, 0.02f});
   check({2, 4, 30, 40, kLongSeqs});  // dk not a multiple of 4: the recurrent form throughout
+}
+// The value heads in llama.cpp's tiled order (a Qwen3.5 GGUF with a block-format ssm_out): head h
+// reads key head h mod nk in both forms (the CPU op's tiled order is checked against its grouped
+// one in tests/unit/backend/gated_delta_rule_order_test.cc).
+TEST_F(DeltaRuleTest, TiledValueHeads) {
+  check({2, 8, 128, 128, kSeqs, 1.0f, true});
+  check({4, 8, 64, 64, kLongSeqs, 1.0f, true});
+  check({2, 6, 100, 80, kLongSeqs, 0.02f, true});
 }
 // Qwen3.5-9B's heads over 55 whole chunks: more than one group of chunk scratch (256 MiB).
 TEST_F(DeltaRuleTest, LongPrefillCrossesScratchGroups) {

@@ -154,7 +154,6 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
                       const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,
                       const StepPlan& plan) {
   const int nk = cfg.n_k_heads, nv = cfg.n_v_heads, dk = cfg.k_head_dim, dv = cfg.v_head_dim;
-  const int ratio = nv / nk;
   KCHECK(qkv.cols == cfg.conv_dim() && out.cols == int64_t(nv) * dv && a.cols == nv && b.cols == nv);
   KCHECK(state.ssm.cols == int64_t(nv) * dk * dv);
   const acc_t q_scale = 1.0 / std::sqrt(acc_t(dk));
@@ -177,7 +176,7 @@ void gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tensor& a, con
     for (int64_t item = w0; item < w1; ++item) {
       const SeqStep& s = plan.seqs[size_t(item / nv)];
       const int h = int(item % nv);
-      const int kh = h / ratio;  // value head h reads query/key head h / ratio (repeat_interleave)
+      const int kh = cfg.key_head(h);  // grouped: h / ratio (repeat_interleave); tiled: h mod nk
       A* state_row = act<A>(state.ssm) + int64_t(s.state_slot) * state.ssm.cols + int64_t(h) * dk * dv;
       acc_t* S = sc.S.data();
       for (int i = 0; i < dk * dv; ++i) S[i] = state_row[i];

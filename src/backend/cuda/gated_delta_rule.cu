@@ -42,14 +42,15 @@ __global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
                            const float* __restrict__ a_neg,    // [nv]
                            const float* __restrict__ dt_bias,  // [nv]
                            float* __restrict__ ssm,            // [n_slots, nv * dk * dv]
-                           const SeqStep* __restrict__ seqs, Part part, int nk, int nv, int dk, int dv) {
+                           const SeqStep* __restrict__ seqs, Part part, int nk, int nv, int kdiv, int dk,
+                           int dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   double* qs = reinterpret_cast<double*>(smem_raw);  // [blockDim.x], zero past dk
   double* ks = qs + blockDim.x;
   double* red = ks + blockDim.x;                     // [2][n_warps][32]
   double* norms = red + 2 * n_warps * 32;            // [2][n_warps]
-  const int h = blockIdx.x, kh = h / (nv / nk);
+  const int h = blockIdx.x, kh = (h / kdiv) % nk;  // DeltaNetConfig::key_head
   const SeqStep s = seqs[blockIdx.y];
   int32_t t_begin = 0, t_end = s.n_tokens;
   if (part != Part::kAll) {
@@ -166,8 +167,8 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
   dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
   auto recurrent = [&](Part part) {
     gdr_kernel<<<grid, threads, smem, ctx.stream>>>(out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(),
-                                                    dt_bias.f32(), state.ssm.f32(), ctx.step.seqs, part, nk, nv, dk,
-                                                    dv);
+                                                    dt_bias.f32(), state.ssm.f32(), ctx.step.seqs, part, nk, nv,
+                                                    cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
   };
   std::vector<GdrChunkRun> runs;

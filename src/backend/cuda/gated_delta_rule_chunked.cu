@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
                                                             const float* __restrict__ a_neg,
                                                             const float* __restrict__ dt_bias,
                                                             const int32_t* __restrict__ chunk_rows, int nk, int nv,
-                                                            int dk, int dv) {
+                                                            int kdiv, int dk, int dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* gc = reinterpret_cast<double*>(smem_raw);  // [64]
   float* qs = reinterpret_cast<float*>(gc + kC);     // [64][dk + 1]
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
   float* beta = am + kC * (kC + 1);                  // [64]
   float* bk = beta + kC;                             // [64] beta_i exp(gc_i)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int c = blockIdx.x, h = blockIdx.y, kh = h / (nv / nk);
+  const int c = blockIdx.x, h = blockIdx.y, kh = (h / kdiv) % nk;  // DeltaNetConfig::key_head
   const int64_t r0 = chunk_rows[c];
   const int64_t cols = 2 * int64_t(nk) * dk + int64_t(nv) * dv;
   const double q_scale = 1.0 / sqrt(double(dk));
@@ -371,7 +371,7 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));
   for (const Group& g : groups) {
     gdr_prep_kernel<<<dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream>>>(
-        sc, qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, dk, dv);
+        sc, qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
     gdr_scan_kernel<<<dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))), kThreads, scan_smem,
                       ctx.stream>>>(out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at),

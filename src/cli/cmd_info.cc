@@ -27,7 +27,8 @@ void print_text(const ModelInfo& info) {
   if (c.count_layers(LayerKind::kLinearAttention) > 0) {
     const auto& g = c.gdn;
     row("gated deltanet", cat(g.n_k_heads, " key heads x ", g.k_head_dim, ", ", g.n_v_heads, " value heads x ",
-                              g.v_head_dim, ", conv ", g.conv_kernel));
+                              g.v_head_dim, ", conv ", g.conv_kernel,
+                              g.tiled_value_heads ? ", value heads in the GGUF's tiled order" : ""));
   }
   int moe_layers = 0;
   for (bool m : c.layer_moe) moe_layers += m;

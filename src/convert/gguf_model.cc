@@ -279,6 +279,17 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   ModelConfig cfg = find_architecture(model_type)->parse_config(c, f.path() + " (GGUF metadata)");
   // llama.cpp stores the hybrids' zero-centred RMSNorm weights with the (1 + w) folded in.
   if (is_qwen_hybrid(arch)) cfg.zero_centered_norm = false;
+  // Qwen3.5 files hold the value heads in llama.cpp's tiled order. Loading puts them back in the
+  // checkpoint's grouped order, exactly, where every tensor can be reordered; a block-format
+  // ssm_out cannot (its value heads run along its blocks) and would be widened to F32. Where any
+  // layer's ssm_out is a block format the model instead runs in the file's order.
+  if ((arch == "qwen35" || arch == "qwen35moe") && cfg.gdn.n_k_heads != cfg.gdn.n_v_heads) {
+    for (int l = 0; l < n_layers; ++l) {
+      const GgufTensor* t = f.find_tensor("blk." + std::to_string(l) + ".ssm_out.weight");
+      const std::optional<DType> d = t ? ggml_to_dtype(t->type) : std::nullopt;
+      if (d && dtype_is_quantized(*d)) cfg.gdn.tiled_value_heads = true;
+    }
+  }
   if (const GgufValue* eos = f.find("tokenizer.ggml.eos_token_id"); eos && eos->to_int()) {
     if (*eos->to_int() < 0 || *eos->to_int() >= cfg.vocab_size)
       bad_input(f.path(), ": tokenizer.ggml.eos_token_id = ", *eos->to_int(), " is outside the vocabulary (", cfg.vocab_size, ")");

@@ -74,6 +74,15 @@ class Builder {
   }
 
   GgufTensorPlan& add(GgufTensorPlan p) {
+    // Adjacent runs of one source merge, so a gather that turns out to be in order is one run
+    // (the loader then uses the tensor in place).
+    std::vector<GgufRowRun> merged;
+    for (const GgufRowRun& r : p.rows) {
+      if (!merged.empty() && merged.back().src == r.src && merged.back().first + merged.back().count == r.first)
+        merged.back().count += r.count;
+      else merged.push_back(r);
+    }
+    p.rows = std::move(merged);
     int64_t rows = 0;
     for (const GgufRowRun& r : p.rows) {
       const GgufSource& s = out_.sources[size_t(r.src)];
@@ -135,10 +144,13 @@ void qwen_layout(const ModelConfig& cfg, Builder& b,
       const int64_t nk = d.n_k_heads, nv = d.n_v_heads, dk = d.k_head_dim, dv = d.v_head_dim, r = nv / nk;
       const int64_t C = d.conv_dim(), K = d.conv_kernel;
       const std::string p = hf + "linear_attn.";
-      // Qwen3.5 with fewer key than value heads: the value heads go to llama.cpp's tiled order.
+      // Qwen3.5 with fewer key than value heads: the value heads go to llama.cpp's tiled order,
+      // unless the model already holds them in that order (a GGUF loaded in its own order).
       std::vector<int64_t> v_heads(static_cast<size_t>(nv));
       for (int64_t h = 0; h < nv; ++h) v_heads[size_t(h)] = h;
-      if (arch != "qwen3next" && nk != nv) v_heads = tiled_v_heads(nk, nv);
+      if (arch == "qwen3next" && d.tiled_value_heads)
+        unsupported("qwen3next keeps the checkpoint's value head order; a model in the tiled order cannot be written as it");
+      if (arch != "qwen3next" && nk != nv && !d.tiled_value_heads) v_heads = tiled_v_heads(nk, nv);
       if (arch == "qwen3next") {
         if (present(g + "ssm_in.weight", "")) {  // a GGUF from before llama.cpp split it: the fused tensor as is
           b.copy(g + "ssm_in.weight", p + "in_proj_qkvz.weight", {nk * (2 * dk + 2 * r * dv), H});
@@ -400,12 +412,13 @@ GgufLayout gguf_layout(const ModelConfig& cfg,
   Builder b(out);
   if (out.arch == "gemma4") gemma4_layout(cfg, b, present);
   else qwen_layout(cfg, b, present, out.arch);
-  for (const GgufTensorPlan& p : out.tensors) {  // column permutations are permutations of the row
+  for (GgufTensorPlan& p : out.tensors) {  // column permutations are permutations of the row
     if (p.col_perm.empty()) continue;
     std::vector<int64_t> sorted = p.col_perm;
     std::sort(sorted.begin(), sorted.end());
     for (size_t j = 0; j < sorted.size(); ++j) KCHECK(sorted[j] == int64_t(j));
     KCHECK(int64_t(sorted.size()) == p.shape.back());
+    if (sorted == p.col_perm) p.col_perm.clear();  // the identity: the tensor is used as stored
   }
   return out;
 }

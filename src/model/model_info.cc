@@ -170,7 +170,8 @@ nlohmann::json model_info_json(const ModelInfo& info) {
                            {"value_heads", c.gdn.n_v_heads},
                            {"key_head_dim", c.gdn.k_head_dim},
                            {"value_head_dim", c.gdn.v_head_dim},
-                           {"conv_kernel", c.gdn.conv_kernel}};
+                           {"conv_kernel", c.gdn.conv_kernel},
+                           {"value_head_order", c.gdn.tiled_value_heads ? "tiled" : "grouped"}};
   }
   if (c.has_moe()) {
     int moe_layers = 0;

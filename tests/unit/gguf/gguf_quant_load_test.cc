@@ -4,7 +4,10 @@
 // size. A backend that cannot take a block format never sees one.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "backend/cpu/cpu_ops.h"
 #include "convert/gguf_model.h"
@@ -13,6 +16,8 @@
 #include "io/gguf.h"
 #include "model/loader.h"
 #include "model/model_info.h"
+#include "model/registry.h"
+#include "model/weight_loader.h"
 #include "ops/forwarding_ops.h"
 #include "support/fixture_model.h"
 #include "support/paths.h"
@@ -98,12 +103,15 @@ TEST(GgufQuantLoad, QuantizedEqualsWidenedBitForBit) {
 }
 
 // Which checkpoint tensors stay quantized: matrices used in place (one run of one GGUF tensor) or
-// reassembled from whole rows of one block format; a column permutation of a block format is
-// widened (Qwen3.5's out_proj when the value heads are reordered).
+// reassembled from whole rows of one block format. Qwen3.5's out_proj would need its columns
+// permuted back to the checkpoint's value head order, which a block format cannot take; with a
+// block-format ssm_out the model runs in the file's (tiled) order instead and keeps it quantized.
 TEST(GgufQuantLoad, CheckpointKeepsBlockFormatsWherePossible) {
   const std::string gguf = convert("qwen3_5_moe", "q8_0");
   auto file = std::make_shared<const GgufFile>(GgufFile::open(gguf));
   const ModelConfig cfg = gguf_model_config(*file);
+  ASSERT_NE(cfg.gdn.n_v_heads, cfg.gdn.n_k_heads);
+  EXPECT_TRUE(cfg.gdn.tiled_value_heads);
   const Checkpoint ck = gguf_checkpoint(file, cfg);
   int quantized = 0;
   for (const auto& [name, t] : ck.tensors()) {
@@ -113,18 +121,64 @@ TEST(GgufQuantLoad, CheckpointKeepsBlockFormatsWherePossible) {
       EXPECT_EQ(t->dtype, DType::kF32);  // llama.cpp keeps these F32
       continue;
     }
-    const bool permuted = name.find("out_proj") != std::string::npos && cfg.gdn.n_v_heads != cfg.gdn.n_k_heads;
-    EXPECT_EQ(t->dtype, permuted ? DType::kF32 : DType::kQ8_0);
+    EXPECT_EQ(t->dtype, DType::kQ8_0);
     EXPECT_EQ(t->nbytes, uint64_t(t->numel() / t->shape.back()) * dtype_row_bytes(t->dtype, t->shape.back()));
     quantized += t->dtype == DType::kQ8_0;
   }
   EXPECT_GT(quantized, 10);
 }
 
+// Running a Qwen3.5 GGUF in its own tiled value head order computes what the checkpoint's grouped
+// order does: each value head's recurrence is the same bits (gated_delta_rule_order_test.cc), so
+// the logits differ only by the order of the out_proj sums over the value channels (and what that
+// rounding carries through the later layers). A key head mapped wrongly moves them by O(1).
+TEST(GgufQuantLoad, TiledValueOrderMatchesGroupedOrder) {
+  for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
+    for (const std::string quant : {"q8_0", "q4_k_m", "bf16"}) {
+      SCOPED_TRACE(family + " " + quant);
+      auto file = std::make_shared<const GgufFile>(GgufFile::open(convert(family, quant)));
+      const ModelConfig tiled = gguf_model_config(*file);
+      if (quant == "bf16") {  // every tensor can be put back in the checkpoint's order: it is
+        EXPECT_FALSE(tiled.gdn.tiled_value_heads);
+        continue;
+      }
+      ASSERT_TRUE(tiled.gdn.tiled_value_heads);
+      ModelConfig grouped = tiled;
+      grouped.gdn.tiled_value_heads = false;
+      const Checkpoint ck_tiled = gguf_checkpoint(file, tiled), ck_grouped = gguf_checkpoint(file, grouped);
+      CpuOps ops;
+      WeightLoader wl_tiled(ck_tiled, ops, tiled.weight_prefix), wl_grouped(ck_grouped, ops, grouped.weight_prefix);
+      std::unique_ptr<Model> m_tiled = find_architecture(tiled.model_type)->build(tiled, wl_tiled);
+      std::unique_ptr<Model> m_grouped = find_architecture(grouped.model_type)->build(grouped, wl_grouped);
+      // The grouped model's out_proj is widened to F32 (its columns permuted), the tiled one's is not.
+      EXPECT_LT(m_tiled->weight_bytes(), m_grouped->weight_bytes());
+      const auto a = test::prompt_logits(*m_tiled, family, 3), b = test::prompt_logits(*m_grouped, family, 3);
+      ASSERT_EQ(a.size(), b.size());
+      double worst = 0;
+      for (size_t p = 0; p < a.size(); ++p) {
+        ASSERT_EQ(a[p].size(), b[p].size());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < a[p].size(); ++i) {
+          num += (double(a[p][i]) - b[p][i]) * (double(a[p][i]) - b[p][i]);
+          den += double(b[p][i]) * b[p][i];
+        }
+        worst = std::max(worst, std::sqrt(num / den));
+      }
+      // Sums of a few hundred F32 products reordered: a few ulps per layer at most. Measured 0: the
+      // CPU accumulates the dot products in double, so the reordering does not reach the F32
+      // results here. A key head mapped wrongly measured 0.8 - 1.1.
+      EXPECT_LE(worst, 1e-5);
+      std::printf("MEASURED %s %s tiled vs grouped value order: relative logit difference %.2e\n", family.c_str(),
+                  quant.c_str(), worst);
+    }
+  }
+}
+
 // `kestrel info` on a GGUF reports the stored (quantized) bytes, which is what loading on the CPU
-// keeps in memory.
+// keeps in memory (Qwen3.5's ssm_out included: it stays quantized, the model in the tiled order).
 TEST(GgufQuantLoad, InfoReportsStoredBytes) {
-  for (const std::string family : {"qwen3", "qwen3_moe"}) {
+  const std::map<std::string, std::string> arch = {{"qwen3", "qwen3"}, {"qwen3_moe", "qwen3moe"}, {"qwen3_5", "qwen35"}};
+  for (const auto& [family, gguf_arch] : arch) {
     SCOPED_TRACE(family);
     const std::string gguf = convert(family, "q4_k_m");
     const ModelInfo info = model_info(gguf, {});
@@ -134,7 +188,8 @@ TEST(GgufQuantLoad, InfoReportsStoredBytes) {
     EXPECT_EQ(info.n_params, lm.model->parameter_count());
     EXPECT_EQ(info.config.n_layers, lm.model->config().n_layers);
     EXPECT_NE(info.weight_dtypes.find("Q8_0"), std::string::npos) << info.weight_dtypes;
-    EXPECT_EQ(info.architecture, "GGUF " + std::string(family == "qwen3" ? "qwen3" : "qwen3moe"));
+    EXPECT_EQ(info.architecture, "GGUF " + gguf_arch);
+    EXPECT_EQ(info.config.gdn.tiled_value_heads, family == "qwen3_5");
   }
 }
 

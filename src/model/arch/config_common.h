@@ -33,4 +33,16 @@ inline void read_eos_bos(const JsonFields& f, const JsonFields& top, ModelConfig
   }
 }
 
+// The Gated DeltaNet's head counts, sizes and conv kernel (the Qwen line's linear_* keys).
+inline void read_deltanet_config(const JsonFields& f, DeltaNetConfig& g) {
+  g.n_k_heads = int(f.get_int("linear_num_key_heads", 1, 1024));
+  g.n_v_heads = int(f.get_int("linear_num_value_heads", 1, 1024));
+  g.k_head_dim = int(f.get_int("linear_key_head_dim", 1, 1024));
+  g.v_head_dim = int(f.get_int("linear_value_head_dim", 1, 1024));
+  g.conv_kernel = int(f.get_int("linear_conv_kernel_dim", 2, 64));
+  if (g.n_v_heads % g.n_k_heads != 0)
+    bad_input(f.field("linear_num_value_heads"), " = ", g.n_v_heads, " is not a multiple of linear_num_key_heads = ",
+              g.n_k_heads);
+}
+
 }  // namespace kestrel

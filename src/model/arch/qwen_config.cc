@@ -112,17 +112,7 @@ ModelConfig parse_qwen_config(const nlohmann::json& root, const std::string& pat
   }
 
   // Gated DeltaNet
-  if (cfg.count_layers(LayerKind::kLinearAttention) > 0) {
-    auto& g = cfg.gdn;
-    g.n_k_heads = int(f.get_int("linear_num_key_heads", 1, 1024));
-    g.n_v_heads = int(f.get_int("linear_num_value_heads", 1, 1024));
-    g.k_head_dim = int(f.get_int("linear_key_head_dim", 1, 1024));
-    g.v_head_dim = int(f.get_int("linear_value_head_dim", 1, 1024));
-    g.conv_kernel = int(f.get_int("linear_conv_kernel_dim", 2, 64));
-    if (g.n_v_heads % g.n_k_heads != 0)
-      bad_input(f.field("linear_num_value_heads"), " = ", g.n_v_heads, " is not a multiple of linear_num_key_heads = ",
-                g.n_k_heads);
-  }
+  if (cfg.count_layers(LayerKind::kLinearAttention) > 0) read_deltanet_config(f, cfg.gdn);
 
   // feed-forward: dense MLP and/or MoE per layer
   cfg.layer_moe.assign(size_t(cfg.n_layers), false);

@@ -4,10 +4,12 @@
 // the host per slot, QSA keys and the PLE conv state carried over), several sequences in distinct
 // slots batched together, prefill chunks mixed with decode rows. Every logits row of every step
 // must agree within 2e-2 of the CPU logits' RMS (the bf16-level tolerance of `kestrel parity
-// --device cuda`); the worst is printed.
+// --device cuda`); the worst is printed. The same for GGUF files of every converted family at
+// q8_0 and q4_k_m (ModelStepsGguf).
 #include <cstdio>
 #include <span>
 
+#include "convert/hf_to_gguf.h"
 #include "engine/runner.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
@@ -80,6 +82,59 @@ TEST_P(ModelSteps, ChunkedBatchedStepsMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Gemma4Qwen4Exp, ModelSteps,
                          ::testing::Values("gemma4_text", "gemma4_text_moe", "gemma4_text_kvshared", "gemma4_text_keqv",
                                            "qwen4_exp"));
+
+// One sequence: a 200-token prefill (three whole 64-token chunks: the chunked DeltaNet form on the
+// GPU) with every row's logits, then single-token decode steps.
+std::vector<float> run_long(Model& model) {
+  const int64_t V = model.config().vocab_size;
+  Runner r(model, cpu_cache_sizing(model.config(), 1, 210));
+  SequenceState a;
+  r.start(a);
+  const std::vector<int32_t> prompt = tokens_for(200, V, 5), dec = tokens_for(6, V, 6);
+  std::vector<float> out = r.step({{.seq = &a, .tokens = prompt, .all_logits = true}});
+  for (size_t i = 0; i < dec.size(); ++i) {
+    const auto& l = r.step({{.seq = &a, .tokens = std::span<const int32_t>(dec.data() + i, 1)}});
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  r.finish(a);
+  return out;
+}
+
+// GGUF files converted from the fixtures, kept quantized on both backends (the GPU's block GEMV
+// for decode, BF16 tiles of the dequantized weights for prefill): the schedule above and the long
+// prefill within the same 2e-2 of the CPU logits' RMS. The Qwen3.5 files run in their tiled
+// value-head order (their ssm_out is a block format), so this is also that order on the device.
+class ModelStepsGguf : public GpuTest, public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
+
+TEST_P(ModelStepsGguf, QuantizedStepsMatchCpu) {
+  const auto [family, quant] = GetParam();
+  const std::string gguf = work_path(std::string("gpu-steps-") + family + "-" + quant + ".gguf");
+  ConvertOptions o{.model_dir = data_path(std::string("fixtures/") + family), .output = gguf, .progress = false};
+  if (std::string(quant) == "q8_0") o.type = GgmlType::kQ8_0;
+  else o.recipe = quant_recipe_from_name(quant);
+  convert_hf_to_gguf(o);
+  LoadedModel on_cpu = load_model(gguf, cpu_);
+  LoadedModel on_gpu = load_model(gguf, gpu());
+  EXPECT_EQ(on_gpu.config().gdn.tiled_value_heads, std::string(family).rfind("qwen3_5", 0) == 0);
+  for (auto* run : {&run_schedule, &run_long}) {
+    const std::vector<float> ref = (*run)(*on_cpu.model), got = (*run)(*on_gpu.model);
+    ASSERT_EQ(got.size(), ref.size());
+    double worst = 0, ss = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
+      ss += double(ref[i]) * ref[i];
+    }
+    const double rel = worst / std::sqrt(ss / double(ref.size()));
+    std::printf("  %-14s %-7s %s max |cuda - cpu| / rms = %.3e over %zu logits\n", family, quant,
+                run == &run_long ? "long    " : "schedule", rel, ref.size());
+    EXPECT_LE(rel, 2e-2) << family << " " << quant;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ModelStepsGguf,
+                         ::testing::Combine(::testing::Values("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5",
+                                                              "qwen3_5_moe", "gemma4_text", "gemma4_text_moe"),
+                                            ::testing::Values("q8_0", "q4_k_m")));
 #endif
 
 }  // namespace

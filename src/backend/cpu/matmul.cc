@@ -51,27 +51,45 @@ inline __m256d load4d(const double* p) { return _mm256_loadu_pd(p); }
 // and rounds once at the end: the CPU backend is the oracle, and hybrid models amplify f32
 // rounding in their projections where a DeltaNet output is tiny and its gated RMSNorm rescales it
 // by up to 1/sqrt(eps). Identical per-row arithmetic for every R.
+// One step of the dot below: weights w[0, 16) against x[r][i, i + 16) into the accumulators.
+template <int R, typename W, bool kF16, typename A>
+inline void dot_step(const A* const* x, int64_t i, const W* w, __m256d (&acc)[R][4]) {
+  __m256 w0, w1;
+  if constexpr (kF16) {
+    w0 = load8_f16(reinterpret_cast<const uint16_t*>(w));
+    w1 = load8_f16(reinterpret_cast<const uint16_t*>(w) + 8);
+  } else {
+    w0 = load8<W>(w);
+    w1 = load8<W>(w + 8);
+  }
+  const __m256d wd[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(w0)), _mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)),
+                         _mm256_cvtps_pd(_mm256_castps256_ps128(w1)), _mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1))};
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_pd(load4d(x[r] + i + 4 * j), wd[j], acc[r][j]);
+  }
+}
+
+// The fixed reduction tree of the accumulators, plus the tail's sum.
+template <typename A>
+inline A dot_reduce(const __m256d (&acc)[4], double tail) {
+  __m256d s = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+  h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
+  return A(_mm_cvtsd_f64(h) + tail);
+}
+
+// R rows of x (float, or double in the float64 oracle mode) against one weight row. Products of
+// two floats are exact in double, so the accumulation runs in double (4 lanes x 4 accumulators)
+// and rounds once at the end: the CPU backend is the oracle, and hybrid models amplify f32
+// rounding in their projections where a DeltaNet output is tiny and its gated RMSNorm rescales it
+// by up to 1/sqrt(eps). Identical per-row arithmetic for every R.
 template <int R, typename W, bool kF16 = false, typename A>
 inline void dot_rows(const A* const* x, const W* w, int64_t n, A* out) {
   __m256d acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_pd();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 w0, w1;
-    if constexpr (kF16) {
-      w0 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i);
-      w1 = load8_f16(reinterpret_cast<const uint16_t*>(w) + i + 8);
-    } else {
-      w0 = load8<W>(w + i);
-      w1 = load8<W>(w + i + 8);
-    }
-    const __m256d wd[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(w0)), _mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)),
-                           _mm256_cvtps_pd(_mm256_castps256_ps128(w1)), _mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1))};
-    for (int r = 0; r < R; ++r) {
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_pd(load4d(x[r] + i + 4 * j), wd[j], acc[r][j]);
-    }
-  }
+  for (; i + 16 <= n; i += 16) dot_step<R, W, kF16>(x, i, w + i, acc);
   for (int r = 0; r < R; ++r) {
     double tail = 0.0;
     for (int64_t j = i; j < n; ++j) {
@@ -81,10 +99,7 @@ inline void dot_rows(const A* const* x, const W* w, int64_t n, A* out) {
       else wv = w[j];
       tail += double(x[r][j]) * double(wv);
     }
-    __m256d s = _mm256_add_pd(_mm256_add_pd(acc[r][0], acc[r][1]), _mm256_add_pd(acc[r][2], acc[r][3]));
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
-    out[r] = A(_mm_cvtsd_f64(h) + tail);
+    out[r] = dot_reduce<A>(acc[r], tail);
   }
 }
 
@@ -124,6 +139,26 @@ void matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
 // x passes over them.
 constexpr int64_t kQuantTile = 8;
 
+// Up to 4 rows of x (decode): each weight row is dequantized 256 values at a time into a buffer
+// that stays in L1 and fed to the accumulation steps of dot_rows in the same order (K is a
+// multiple of 32 for every block format, so every chunk is whole 16-value steps and dot_rows would
+// have no tail): the same bits as the tiled path below, without writing and re-reading whole rows.
+constexpr int64_t kQuantChunk = 256;  // a multiple of every block size: chunks start on blocks
+
+template <int R, typename A>
+void dot_quant_row(const A* const* rows, const uint8_t* wrow, GgmlType type, size_t chunk_bytes, int64_t K, A* res) {
+  alignas(32) float buf[kQuantChunk];
+  __m256d acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_pd();
+  for (int64_t c0 = 0; c0 < K; c0 += kQuantChunk) {
+    const int64_t n = std::min(kQuantChunk, K - c0);
+    quant::dequantize_row(type, wrow + size_t(c0 / kQuantChunk) * chunk_bytes, n, buf);
+    for (int64_t i = 0; i < n; i += 16) dot_step<R, float, false>(rows, c0 + i, buf + i, acc);
+  }
+  for (int r = 0; r < R; ++r) res[r] = dot_reduce<A>(acc[r], 0.0);
+}
+
 template <typename A>
 void matmul_quant_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
   const int64_t T = x.rows, K = x.cols, N = w.rows;
@@ -132,6 +167,27 @@ void matmul_quant_impl(const Tensor& out, const Tensor& x, const Tensor& w) {
   const A* xs = act<A>(x);
   A* os = act<A>(out);
   const uint8_t* ws = static_cast<const uint8_t*>(w.data);
+  if (T == 0) return;
+  if (T <= 4) {
+    KCHECK_MSG(K % 32 == 0, "matmul: a block-format weight row of ", K, " values");
+    const size_t chunk_bytes = dtype_row_bytes(w.dtype, kQuantChunk);
+    const A* rows[4] = {xs, xs + std::min<int64_t>(1, T - 1) * K, xs + std::min<int64_t>(2, T - 1) * K,
+                        xs + std::min<int64_t>(3, T - 1) * K};
+    ThreadPool::global().parallel_for(N, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        A res[4] = {0, 0, 0, 0};
+        const uint8_t* wrow = ws + size_t(n) * row_bytes;
+        switch (T) {
+          case 4: dot_quant_row<4>(rows, wrow, type, chunk_bytes, K, res); break;
+          case 3: dot_quant_row<3>(rows, wrow, type, chunk_bytes, K, res); break;
+          case 2: dot_quant_row<2>(rows, wrow, type, chunk_bytes, K, res); break;
+          default: dot_quant_row<1>(rows, wrow, type, chunk_bytes, K, res); break;
+        }
+        for (int64_t r = 0; r < T; ++r) os[r * N + n] = res[r];
+      }
+    }, 8);
+    return;
+  }
   ThreadPool::global().parallel_for(N, [&](int64_t n0, int64_t n1) {
     thread_local std::vector<float> scratch;  // [kQuantTile, K] dequantized weight rows
     if (scratch.size() < size_t(kQuantTile * K)) scratch.resize(size_t(kQuantTile * K));

@@ -72,9 +72,10 @@ TEST(CpuQuantWeights, MatmulEqualsDequantizedMatmul) {
     CpuOps ops(act);
     for (DType d : kBlockTypes) {
       SCOPED_TRACE(std::string(dtype_name(d)) + " activations " + std::string(dtype_name(act)));
-      const int64_t K = dtype_block_elems(d) == 256 ? 768 : 160, N = 19;  // 3 or 5 blocks
+      // 3 or 11 blocks: whole and partial 256-value chunks of the decode path (T <= 4), tiles above
+      const int64_t K = dtype_block_elems(d) == 256 ? 768 : 352, N = 19;
       const QuantMatrix w = random_matrix(d, N, K, 11);
-      for (int64_t T : {1, 3, 7, 13}) {
+      for (int64_t T : {1, 2, 3, 4, 5, 7, 13}) {
         const Buffer x = random_activations(act, T, K, uint32_t(T));
         Buffer got = ops.alloc(act, T, N), want = ops.alloc(act, T, N);
         ops.matmul(got, x, w.q);

@@ -5,7 +5,8 @@
 // Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain GEMV code with each 8 weights
 // decoded in registers to ggml's dequantized values (quant_blocks.cuh),
 // so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
-// BF16 in tiles of at most 64 MiB and runs the BF16 cuBLAS path (matmul_quant).
+// BF16 in tiles of at most 64 MiB (two BF16 terms, hi and lo, at the default 3-term precision)
+// and runs cuBLAS on them (matmul_quant).
 //
 // Plain dtypes take two paths:
 //  - small T (decode, T <= kGemvMaxRows), F16 weights, MatmulPrecision::kExact and deterministic
@@ -20,6 +21,8 @@
 //    1 term is plain BF16 activations. Up to 256 rows the terms are stacked into one GEMM (the
 //    weights read once); beyond, one GEMM per term. See docs/cuda.md for what each costs in parity and time.
 //    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
+#include <utility>
+
 #include "backend/cuda/quant_gemv.cuh"
 
 namespace kestrel::cuda {
@@ -214,18 +217,23 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 3 : 1)
 
 // Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K] (each element
 // ggml's dequantized value, rounded to BF16): the prefill path's weight tile.
-__global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ dst,  // [rows, K]
-                                       const uint8_t* __restrict__ w,    // [N, row_bytes]
+__global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows, K]
+                                       __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
+                                       const uint8_t* __restrict__ w,   // [N, row_bytes]
                                        DType dt, size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
   const int64_t groups = rows * (K / 8);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / (K / 8), k = (i - r * (K / 8)) * 8;
     float f[8];
     load8_block(dt, w + size_t(row0 + r) * row_bytes, k, f);
-    __nv_bfloat162 h[4];
+    __nv_bfloat162 h[4], l[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    *reinterpret_cast<uint4*>(dst + r * K + k) = *reinterpret_cast<const uint4*>(h);
+    for (int j = 0; j < 4; ++j) {
+      h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+      l[j] = __floats2bfloat162_rn(f[2 * j] - __low2float(h[j]), f[2 * j + 1] - __high2float(h[j]));
+    }
+    *reinterpret_cast<uint4*>(hi + r * K + k) = *reinterpret_cast<const uint4*>(h);
+    if (lo) *reinterpret_cast<uint4*>(lo + r * K + k) = *reinterpret_cast<const uint4*>(l);
   }
 }
 
@@ -383,7 +391,8 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
   else launch_gemv_quant_rows<false>(stream, mt, blocks, x, T, K);
 }
 
-// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows.
+// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows (hi and lo
+// together when the weight is split).
 constexpr size_t kDequantTileBytes = size_t(64) << 20;
 
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, deterministic
@@ -407,26 +416,39 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
     }
     return;
   }
+  // A dequantized weight is not exact in BF16 (a block's scale times its quant takes up to ~22
+  // significant bits), so the F32-grade setting splits the weight as well as the activations:
+  // w = w_hi + w_lo, x = x_1 + x_2 + ..., and out = w_hi.x_1 + w_hi.x_2 + w_lo.x_1, the terms
+  // dropped (w_hi.x_3, w_lo.x_2, ...) each below 2^-16 of the product: three GEMMs, as for BF16
+  // weights. 2 terms: w_hi.x_1 + w_hi.x_2; 1 term: w_hi.x_1 (the weight rounded to BF16).
   const int n_terms = ctx.matmul_precision == MatmulPrecision::kBf16     ? 1
                       : ctx.matmul_precision == MatmulPrecision::kBf16x2 ? 2
                                                                          : 3;
-  auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(n_terms)));
+  const int x_terms = std::min(n_terms, 2);
+  const bool split_w = n_terms == 3;
+  auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(x_terms)));
   split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
-      terms, x.f32(), T * K, n_terms);
+      terms, x.f32(), T * K, x_terms);
   CUDA_CHECK_LAUNCH();
-  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
-  auto* wt = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, size_t(tile_rows * K) * 2));
+  const size_t row_bytes = size_t(K) * 2 * (split_w ? 2 : 1);  // BF16, hi (and lo)
+  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / row_bytes)));
+  const size_t tile_elems = size_t(tile_rows * K);
+  auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
+  __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;
   const float one = 1.0f, zero = 0.0f;
   for (int64_t n0 = 0; n0 < N; n0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, N - n0);
     dequantize_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
-                             ctx.stream>>>(wt, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0, rows,
-                                           K);
+                             ctx.stream>>>(hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0,
+                                           rows, K);
     CUDA_CHECK_LAUNCH();
+    // (weight part, activation term) of each GEMM, in the order they accumulate
+    const std::pair<const __nv_bfloat16*, int> products[3] = {{hi, 0}, {hi, 1}, {lo, 0}};
     for (int j = 0; j < n_terms; ++j) {
-      CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(T), int(K), &one, wt,
-                                CUDA_R_16BF, int(K), terms + j * T * K, CUDA_R_16BF, int(K), j == 0 ? &zero : &one,
-                                out.f32() + n0, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(T), int(K), &one,
+                                products[j].first, CUDA_R_16BF, int(K), terms + products[j].second * T * K,
+                                CUDA_R_16BF, int(K), j == 0 ? &zero : &one, out.f32() + n0, CUDA_R_32F, int(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 }

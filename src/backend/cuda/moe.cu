@@ -371,13 +371,19 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     expert_scale = experts.expert_scale.f32();
   }
   const int64_t F = experts.gate[0].rows;
-  const DType wt = experts.gate[0].dtype;
+  // gate and up share one dtype, down may have another (llama.cpp's _M recipes give ffn_down more
+  // bits than ffn_gate / ffn_up); each is one dtype over the layer's experts (one GGUF tensor).
+  const DType wt = experts.gate[0].dtype, wt_down = experts.down[0].dtype;
   std::vector<const void*> ptrs;
   ptrs.reserve(3 * E);
   bool vec_h = H % 8 == 0 && aligned16(x.data), vec_f = F % 8 == 0;
   for (const auto* list : {&experts.gate, &experts.up, &experts.down}) {
+    const DType want = list == &experts.down ? wt_down : wt;
     for (const Tensor& w : *list) {
-      KCHECK_MSG(w.dtype == wt && w.device == Device::kCuda, "moe_experts: experts must share one dtype, on the device");
+      if (w.dtype != want)
+        unsupported("moe_experts: ", list == &experts.down ? "down" : "gate and up", " experts of one layer in ",
+                    dtype_name(w.dtype), " and ", dtype_name(want), " on CUDA (each projection takes one dtype; gate and up the same)");
+      KCHECK_MSG(w.device == Device::kCuda, "moe_experts: expert weights are not on the CUDA device");
       ptrs.push_back(w.data);
       vec_h = vec_h && aligned16(w.data);
       vec_f = vec_f && aligned16(w.data);
@@ -420,6 +426,8 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
             hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
       }
       CUDA_CHECK_LAUNCH();
+    });
+    dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
       const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), expert_rows);
       if (expert_scale) {
         moe_down_grouped_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
@@ -431,8 +439,9 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
       CUDA_CHECK_LAUNCH();
     });
   } else {
-    if (dtype_is_quantized(wt))
-      unsupported("moe_experts: ", dtype_name(wt), " experts need 16-byte aligned activations and expert rows on CUDA");
+    for (DType dt : {wt, wt_down})
+      if (dtype_is_quantized(dt))
+        unsupported("moe_experts: ", dtype_name(dt), " experts need 16-byte aligned activations and expert rows on CUDA");
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps)), unsigned(P));
       if (gelu) {
@@ -443,6 +452,8 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
             hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
       }
       CUDA_CHECK_LAUNCH();
+    });
+    dispatch_weight(wt_down, "moe_experts", [&]<typename W>() {
       const dim3 down_grid(unsigned(ceil_div(H, kWarps)), unsigned(P));
       if (expert_scale) {
         moe_down_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(

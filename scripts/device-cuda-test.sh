@@ -2,7 +2,8 @@
 # Builds kestrel with CUDA and runs the GPU tests and the CUDA parity of the Qwen-line fixtures,
 # on a GPU machine whose image lacks the build's Debian dependencies. Those travel as .deb files
 # (apt-get download libgtest-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0
-# libpcre2-32-0 libpcre2-posix3 pkgconf pkgconf-bin libpkgconf3) in DEBS_DIR and are unpacked
+# libpcre2-32-0 libpcre2-posix3 pkgconf pkgconf-bin libpkgconf3 libcpp-httplib-dev
+# libcpp-httplib0.11 libbrotli1 libbrotli-dev libssl-dev zlib1g-dev) in DEBS_DIR and are unpacked
 # under /tmp/deps, never over /.
 #   usage: scripts/device-cuda-test.sh DEBS_DIR OUT_DIR [gtest filter]
 set -uo pipefail

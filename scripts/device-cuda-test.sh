@@ -5,7 +5,7 @@
 # libpcre2-32-0 libpcre2-posix3 pkgconf pkgconf-bin libpkgconf3 libcpp-httplib-dev
 # libcpp-httplib0.11 libbrotli1 libbrotli-dev libssl-dev zlib1g-dev) in DEBS_DIR and are unpacked
 # under /tmp/deps, never over /.
-#   usage: scripts/device-cuda-test.sh DEBS_DIR OUT_DIR [gtest filter]
+#   usage: scripts/device-cuda-test.sh DEBS_DIR OUT_DIR [gtest filter, or "none" to build only]
 set -uo pipefail
 debs=${1:?DEBS_DIR}
 out=${2:?OUT_DIR}
@@ -22,6 +22,7 @@ cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$
   { tail -30 "$out/cmake.log"; exit 1; }
 cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
 echo "build ok"
+[ "$filter" = none ] && exit 0
 build/tests/kestrel_gpu_tests --gtest_filter="$filter" >"$out/gpu_tests.log" 2>&1
 rc=$?
 grep -E '^(BENCH|MATMUL|PARITY|  qwen)|^\[  (FAILED|PASSED|SKIPPED)|Failure$' "$out/gpu_tests.log" | head -150

@@ -29,9 +29,11 @@ TEST_F(GpuTest, Embed) {
   }
 }
 
+// Rows of 64 ... 5120 take the register-staged kernels (1, 2, 4, 8 and 16 elements a thread),
+// 9000 the loop kernel.
 TEST_F(GpuTest, RmsNorm) {
   for (int T : {1, 7, 33}) {
-    for (int H : {64, 128, 1000, 4096}) {
+    for (int H : {64, 128, 200, 1000, 4096, 5120, 9000}) {
       for (bool weight : {false, true}) {
         Buffer x = random(T, H, 3.0f);
         Buffer w = random(1, H);
@@ -52,7 +54,7 @@ TEST_F(GpuTest, RmsNorm) {
 // add then rms_norm (the model code swaps one for the other), out separate or aliasing x.
 TEST_F(GpuTest, AddRmsNorm) {
   for (int T : {1, 7, 33}) {
-    for (int H : {64, 1000, 4096}) {
+    for (int H : {64, 200, 1000, 4096, 5120, 9000}) {
       for (bool weight : {false, true}) {
         Buffer res = random(T, H, 3.0f), x = random(T, H), w = random(1, H);
         const Tensor hw = weight ? w.view() : Tensor{};

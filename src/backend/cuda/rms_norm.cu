@@ -44,6 +44,66 @@ __global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (rr[i] * s) * w[i] : rr[i] * s;
 }
 
+// The same two kernels with each thread's R elements held in registers between the sum and the
+// scaling (n <= R * blockDim.x): every load is issued before the first store, where the loops
+// above wait on each load in turn (out may alias x, so a store orders the loads after it). A
+// thread takes the same elements in the same order as above: the same sums, the same bits. Decode
+// rows are short (a few thousand values), so that wait was most of these kernels' time.
+template <int R, bool kAdd>
+__global__ void rms_norm_staged_kernel(float* residual,             // [rows, n] (kAdd) or null
+                                       const float* x,              // [rows, n]
+                                       const float* __restrict__ w, // [n] or null
+                                       float* out,                  // [rows, n]
+                                       int64_t n, float eps) {
+  const float* xr = x + blockIdx.x * n;
+  float* rr = kAdd ? residual + blockIdx.x * n : nullptr;
+  float* o = out + blockIdx.x * n;
+  float v[R], wv[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    v[j] = i < n ? (kAdd ? rr[i] + xr[i] : xr[i]) : 0.0f;
+    wv[j] = w && i < n ? w[i] : 1.0f;
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) {
+      if constexpr (kAdd) rr[i] = v[j];
+      ss += double(v[j]) * double(v[j]);
+    }
+  }
+  ss = block_sum(ss);
+  const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;
+  }
+}
+
+// rms_norm / add_rms_norm over rows of n: the staged kernel where a thread's elements fit in
+// 16 registers, the loop kernels beyond.
+void launch_row_norm(cudaStream_t stream, float* residual, const float* x, const float* w, float* out, int64_t rows,
+                     int64_t n, float eps) {
+  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 128;
+  const int64_t per = ceil_div(n, threads);
+  const unsigned grid = unsigned(rows);
+  auto staged = [&]<int R>() {
+    if (residual) rms_norm_staged_kernel<R, true><<<grid, threads, 0, stream>>>(residual, x, w, out, n, eps);
+    else rms_norm_staged_kernel<R, false><<<grid, threads, 0, stream>>>(nullptr, x, w, out, n, eps);
+  };
+  if (per <= 1) staged.template operator()<1>();
+  else if (per <= 2) staged.template operator()<2>();
+  else if (per <= 4) staged.template operator()<4>();
+  else if (per <= 8) staged.template operator()<8>();
+  else if (per <= 16) staged.template operator()<16>();
+  else if (residual) add_rms_norm_kernel<<<grid, threads, 0, stream>>>(residual, x, w, out, n, eps);
+  else rms_norm_kernel<<<grid, threads, 0, stream>>>(out, x, w, n, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
 // One warp per group of d values; z (gate) null for the plain head norm.
 __global__ void group_rms_norm_kernel(float* x,                      // [groups, d]
                                       const float* __restrict__ z,   // [groups, d] or null
@@ -98,10 +158,7 @@ void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tens
              ", ", x.cols, "]");
   KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == x.cols));
   if (x.rows == 0) return;
-  const int threads = x.cols >= 1024 ? 512 : x.cols >= 256 ? 256 : 128;
-  rms_norm_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(out.f32(), x.f32(),
-                                                                 w.empty() ? nullptr : w.f32(), x.cols, eps);
-  CUDA_CHECK_LAUNCH();
+  launch_row_norm(ctx.stream, nullptr, x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), x.rows, x.cols, eps);
 }
 
 void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
@@ -116,11 +173,8 @@ void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, c
   KCHECK_MSG(out.data != residual.data, "add_rms_norm: out must not be the residual");
   KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == residual.cols));
   if (residual.rows == 0) return;
-  const int64_t n = residual.cols;
-  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 128;  // rms_norm's choice: the same sums
-  add_rms_norm_kernel<<<unsigned(residual.rows), threads, 0, ctx.stream>>>(
-      residual.f32(), x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), n, eps);
-  CUDA_CHECK_LAUNCH();
+  launch_row_norm(ctx.stream, residual.f32(), x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), residual.rows,
+                  residual.cols, eps);
 }
 
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps) {

@@ -3,7 +3,9 @@
 // K-1 inputs before a row come from the step's rows or, before the sequence's first new token,
 // from its state; the products are summed in double in window order, as on the CPU. Outputs go
 // to scratch first (the inputs must stay readable), then the states advance, then the outputs
-// replace x.
+// replace x. Steps whose sequences bring at most kFusedMaxRows rows each (decode) take one fused
+// kernel instead: a thread per (sequence, channel) runs the sequence's rows in order with the
+// window in registers, the same sums in the same order.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -11,6 +13,7 @@ namespace {
 
 constexpr int kMaxKernel = 8;
 constexpr int kThreads = 256;
+constexpr int kFusedMaxRows = 4;
 
 // grid: ceil(T * C / kThreads).
 __global__ void conv1d_silu_kernel(float* __restrict__ y,          // [T, C]
@@ -61,6 +64,52 @@ __global__ void conv1d_state_kernel(float* __restrict__ conv, const float* __res
   }
 }
 
+// grid: (ceil(C / kThreads), n_seqs). Thread (s, c) is the only reader of channel c of sequence
+// s's rows and state, so it writes each output over its input and the last K-1 inputs over the
+// state: one launch for what the two kernels and the copy above do.
+__global__ void conv1d_silu_fused_kernel(float* __restrict__ x,         // [T, C], in place
+                                         const float* __restrict__ w,   // [C, K]
+                                         float* __restrict__ conv,      // [n_slots, C * (K - 1)]
+                                         const SeqStep* __restrict__ seqs, int64_t C, int K) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const SeqStep s = seqs[blockIdx.y];
+  const int keep = K - 1;
+  float* st = conv + int64_t(s.state_slot) * C * keep + c * keep;
+  // (constant indices only after unrolling, so both arrays stay in registers)
+  float win[kMaxKernel], wk[kMaxKernel];
+#pragma unroll
+  for (int j = 0; j < kMaxKernel; ++j) {
+    if (j >= keep) break;
+    win[j] = st[j];
+    wk[j] = w[c * K + j];
+  }
+  const float w_now = w[c * K + keep];
+  for (int t = 0; t < s.n_tokens; ++t) {
+    float* xi = x + (int64_t(s.row_begin) + t) * C + c;
+    const float in = *xi;
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < kMaxKernel; ++j) {
+      if (j >= keep) break;
+      acc += double(wk[j]) * double(win[j]);
+    }
+    acc += double(w_now) * double(in);
+    const float a = float(acc);
+    *xi = a / (1.0f + expf(-a));
+#pragma unroll
+    for (int j = 0; j < kMaxKernel; ++j) {
+      if (j >= keep) break;
+      win[j] = j + 1 < keep ? win[j + 1 < kMaxKernel ? j + 1 : j] : in;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxKernel; ++j) {
+    if (j >= keep) break;
+    st[j] = win[j];
+  }
+}
+
 }  // namespace
 
 void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
@@ -77,6 +126,14 @@ void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const Sta
   KCHECK(x.rows == plan.n_rows());
   for (const SeqStep& s : plan.seqs) KCHECK(s.state_slot >= 0 && s.state_slot < state.conv.rows);
   if (plan.seqs.empty() || C == 0 || T == 0) return;
+  bool short_rows = true;
+  for (const SeqStep& s : plan.seqs) short_rows = short_rows && s.n_tokens <= kFusedMaxRows;
+  if (short_rows) {
+    conv1d_silu_fused_kernel<<<dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
+                               ctx.stream>>>(x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, C, kernel);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   auto* y = static_cast<float*>(ctx.scratch->get(kSlotConvOut, size_t(T * C) * 4));
   conv1d_silu_kernel<<<unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream>>>(
       y, x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel);

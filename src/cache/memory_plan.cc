@@ -43,8 +43,9 @@ MemoryLimit parse_memory_limit(const std::string& text, const std::string& flag)
 uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows) {
   // Per row: the residual stream and its normed copy, attention q/k/v/gate/output, the MLP or
   // the routed experts' hidden rows (top-k of them), the DeltaNet projections; x2 for the
-  // matmul's split terms and partial products. Generous on purpose: a step that runs out of
-  // device memory fails.
+  // matmul's split terms and partial products; plus the CUDA prefill path's dequantized weight
+  // tile for block-format weights (BF16 hi and lo, 128 MiB). Generous on purpose: a step that
+  // runs out of device memory fails.
   const int64_t H = cfg.hidden_size;
   int64_t widest = std::max<int64_t>(cfg.ffn_size, 1);
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -56,7 +57,8 @@ uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_
   if (cfg.has_moe()) widest = std::max<int64_t>(widest, int64_t(cfg.moe.top_k) * cfg.moe.expert_ffn + int64_t(cfg.moe.top_k) * H);
   const uint64_t per_row = uint64_t(4) * uint64_t(16 * H + 8 * widest);
   const uint64_t logits = uint64_t(logit_rows) * uint64_t(cfg.vocab_size) * 4;
-  return std::max<uint64_t>(uint64_t(512) << 20, uint64_t(rows) * per_row * 2 + logits);
+  const uint64_t dequant_tile = uint64_t(128) << 20;
+  return std::max<uint64_t>(uint64_t(512) << 20, uint64_t(rows) * per_row * 2 + logits + dequant_tile);
 }
 
 std::string CachePlan::summary() const {

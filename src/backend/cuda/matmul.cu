@@ -5,7 +5,7 @@
 // Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain GEMV code with each 8 weights
 // decoded in registers to ggml's dequantized values (quant_blocks.cuh),
 // so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
-// BF16 in tiles of at most 64 MiB (two BF16 terms, hi and lo, at the default 3-term precision)
+// BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
 // and runs cuBLAS on them (matmul_quant).
 //
 // Plain dtypes take two paths:
@@ -215,8 +215,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 3 : 1)
   }
 }
 
-// Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K] (each element
-// ggml's dequantized value, rounded to BF16): the prefill path's weight tile.
+// Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K]: hi = ggml's
+// dequantized value rounded to BF16, lo (if asked for) = the rest rounded to BF16, so hi + lo is
+// within 2^-16 of the value. The prefill path's weight tile.
 __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows, K]
                                        __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
                                        const uint8_t* __restrict__ w,   // [N, row_bytes]
@@ -391,8 +392,8 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
   else launch_gemv_quant_rows<false>(stream, mt, blocks, x, T, K);
 }
 
-// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows (hi and lo
-// together when the weight is split).
+// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows per
+// term (hi, and lo when the weight is split; memory_plan.cc reserves both).
 constexpr size_t kDequantTileBytes = size_t(64) << 20;
 
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, deterministic
@@ -430,8 +431,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
       terms, x.f32(), T * K, x_terms);
   CUDA_CHECK_LAUNCH();
-  const size_t row_bytes = size_t(K) * 2 * (split_w ? 2 : 1);  // BF16, hi (and lo)
-  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / row_bytes)));
+  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
   const size_t tile_elems = size_t(tile_rows * K);
   auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
   __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;

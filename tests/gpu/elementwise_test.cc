@@ -78,9 +78,11 @@ TEST_F(GpuTest, AddRmsNorm) {
   }
 }
 
+// Head dims up to 256 take the register-staged kernels (1, 2, 4, 8 values a lane: 48 a partial
+// lane), 512 the loop kernel.
 TEST_F(GpuTest, HeadAndGatedRmsNorm) {
   for (int T : {1, 9}) {
-    for (int hd : {32, 64, 128, 256}) {
+    for (int hd : {32, 48, 64, 128, 256, 512}) {
       for (int heads : {1, 4, 6}) {
         Buffer x = random(T, int64_t(heads) * hd), z = random(T, int64_t(heads) * hd), w = random(1, hd);
         Buffer dx = up(x), dz = up(z), dw = up(w);

@@ -141,11 +141,51 @@ __global__ void col_group_rms_norm_kernel(float* out,                   // [rows
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) o[i] = wg ? (xg[i] * s) * wg[i] : xg[i] * s;
 }
 
+// group_rms_norm_kernel with a lane's R values (d <= 32 R) in registers from the sum to the
+// scaling, and the weights and gates loaded with them; same elements, same order, same bits.
+template <int R>
+__global__ void group_rms_norm_staged_kernel(float* x,                      // [groups, d]
+                                             const float* __restrict__ z,   // [groups, d] or null
+                                             const float* __restrict__ w,   // [d] or null
+                                             int64_t groups, int d, float eps) {
+  const int64_t g = blockIdx.x * int64_t(blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (g >= groups) return;
+  float* v = x + g * d;
+  float xv[R], wv[R], zv[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int i = lane + 32 * j;
+    xv[j] = i < d ? v[i] : 0.0f;
+    wv[j] = w && i < d ? w[i] : 1.0f;
+    zv[j] = z && i < d ? z[g * d + i] : 0.0f;
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < R; ++j)
+    if (lane + 32 * j < d) ss += double(xv[j]) * double(xv[j]);
+  ss = warp_sum(ss);
+  const float s = float(1.0 / sqrt(ss / double(d) + double(eps)));
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int i = lane + 32 * j;
+    if (i >= d) continue;
+    float r = w ? (xv[j] * s) * wv[j] : xv[j] * s;
+    if (z) r *= siluf(zv[j]);
+    v[i] = r;
+  }
+}
+
 void launch_group_norm(cudaStream_t stream, float* x, const float* z, const float* w, int64_t groups, int d,
                        float eps) {
   if (groups == 0) return;
   constexpr int kWarps = 8;
-  group_rms_norm_kernel<<<ceil_div(groups, kWarps), kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  const unsigned grid = unsigned(ceil_div(groups, kWarps));
+  if (d <= 32) group_rms_norm_staged_kernel<1><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  else if (d <= 64) group_rms_norm_staged_kernel<2><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  else if (d <= 128) group_rms_norm_staged_kernel<4><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  else if (d <= 256) group_rms_norm_staged_kernel<8><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  else group_rms_norm_kernel<<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
   CUDA_CHECK_LAUNCH();
 }
 

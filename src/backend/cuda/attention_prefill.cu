@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float sum = warp_sum(used);
       if (corr != 1.0f)
         for (int d = lane; d < HD; d += 32) os[row * L::ldo + d] *= corr;
+      __syncwarp();  // every lane has read ms[row] before lane 0 replaces it (racecheck)
       if (lane == 0) {
         ms[row] = m_new;
         ls[row] = ls[row] * corr + sum;

@@ -223,7 +223,8 @@ TEST_F(GpuTest, GatherRows) {
 }
 
 // Argmax on the device picks the same index as the CPU op (and the sampler): rows of a vocabulary's
-// width with planted ties, NaN and infinities.
+// width with planted ties, NaN and infinities (the device splits a row into ranges of 4096: the
+// ties and the NaN fall in different ranges), then rows shorter than a range and one range and a bit.
 TEST_F(GpuTest, Argmax) {
   const int64_t R = 9, V = 248320;
   Buffer x = random(R, V);
@@ -247,6 +248,24 @@ TEST_F(GpuTest, Argmax) {
   EXPECT_EQ(want[2], 0);
   EXPECT_EQ(want[3], 1000);
   EXPECT_EQ(want[4], 0);
+  for (int64_t v : {7, 4096, 5000}) {
+    Buffer y = random(3, v);
+    float* q = y.view().f32();
+    q[v - 1] = 40;                                  // row 0: the last element
+    q[v + 0] = nan, q[v + v / 2] = 30, q[v + v - 1] = 30;  // row 1: NaN first, a tie
+    for (int64_t i = 0; i < v; ++i) q[2 * v + i] = i < v - 1 ? nan : -inf;  // row 2: all NaN but the last
+    Buffer yi = cpu_.alloc(DType::kI32, 3, 1), dyi = gpu().alloc(DType::kI32, 3, 1);
+    cpu_.argmax(yi, y);
+    Buffer dy = up(y);
+    gpu().argmax(dyi, dy);
+    std::vector<int32_t> g(3);
+    gpu().to_host(dyi, g.data());
+    const int32_t* w = static_cast<const int32_t*>(yi.view().data);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(g[size_t(r)], w[r]) << "V " << v << " row " << r;
+    EXPECT_EQ(w[0], v - 1);
+    EXPECT_EQ(w[1], v / 2);
+    EXPECT_EQ(w[2], v - 1);
+  }
 }
 
 }  // namespace

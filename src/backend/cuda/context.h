@@ -105,7 +105,8 @@ enum ScratchSlot : int {
   kSlotQsaScores = 9,      // qsa_select: [T, max blocks] block scores
   kSlotGdrMeta = 10,       // gated_delta_rule, chunked: chunk rows and runs per group
   kSlotGdrChunks = 11,     // gated_delta_rule, chunked: per-chunk W, U, Q', K', P
-  kNumSlots = 12,
+  kSlotArgmax = 12,        // argmax: each row's per-range bests
+  kNumSlots = 13,
 };
 
 // Checks that begin_step ran with this plan.

@@ -56,30 +56,54 @@ __device__ __forceinline__ bool beats(float v, int i, float w, int j) {
   return v > w || (v == w && i < j);
 }
 
-// grid: R blocks of kThreads; each row's first largest value (NaN never chosen over a number).
-__global__ void argmax_kernel(int32_t* ids, const float* x, int64_t V) {
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  const float* row = x + int64_t(blockIdx.x) * V;
-  float best = NAN;
-  int bi = 0x7fffffff;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-    const float v = row[i];
-    if (bi == 0x7fffffff || beats(v, int(i), best, bi)) best = v, bi = int(i);
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(kFullMask, best, o);
-    const int i = __shfl_xor_sync(kFullMask, bi, o);
-    if (i != 0x7fffffff && (bi == 0x7fffffff || beats(v, i, best, bi))) best = v, bi = i;
-  }
+// Argmax in two passes: a row is split into ranges of kArgmaxRange elements, one block each (a
+// vocabulary row of 248k values over ~60 SMs instead of one: one block per row was bound by its
+// loads' latency, 0.1 ms), then one warp per row picks the best of its ranges. "Best" is a total
+// order (larger value, then smaller index; NaN below every number), so the pick does not depend on
+// how the ranges fall: each row's first largest value, as on the CPU.
+constexpr int kArgmaxThreads = 256;
+constexpr int64_t kArgmaxRange = 4096;
+constexpr int kNoIndex = 0x7fffffff;
+
+struct Best {
+  float v;
+  int i;  // kNoIndex: nothing seen yet
+};
+__device__ __forceinline__ void take(Best& b, float v, int i) {
+  if (i != kNoIndex && (b.i == kNoIndex || beats(v, i, b.v, b.i))) b = {v, i};
+}
+__device__ __forceinline__ Best warp_best(Best b) {
+  for (int o = 16; o > 0; o >>= 1)
+    take(b, __shfl_xor_sync(kFullMask, b.v, o), __shfl_xor_sync(kFullMask, b.i, o));
+  return b;
+}
+
+// grid: (ranges, R); block (p, r) writes the best of row r's elements [p * range, +range).
+__global__ void argmax_range_kernel(Best* __restrict__ bests,  // [R, ranges]
+                                    const float* __restrict__ x, int64_t V, int64_t range) {
+  __shared__ Best warps[kArgmaxThreads / 32];
+  const float* row = x + int64_t(blockIdx.y) * V;
+  const int64_t begin = int64_t(blockIdx.x) * range, end = min(V, begin + range);
+  Best b{NAN, kNoIndex};
+#pragma unroll 4
+  for (int64_t i = begin + threadIdx.x; i < end; i += kArgmaxThreads) take(b, row[i], int(i));
+  b = warp_best(b);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) sv[warp] = best, si[warp] = bi;
+  if (lane == 0) warps[warp] = b;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x >> 5); ++w)
-      if (si[w] != 0x7fffffff && (bi == 0x7fffffff || beats(sv[w], si[w], best, bi))) best = sv[w], bi = si[w];
-    ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) take(b, warps[w].v, warps[w].i);
+    bests[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = b;
   }
+}
+
+// grid: R blocks of one warp: ids[r] = the best of row r's ranges (0 when the row is empty).
+__global__ void argmax_pick_kernel(int32_t* __restrict__ ids, const Best* __restrict__ bests, int ranges) {
+  const Best* row = bests + int64_t(blockIdx.x) * ranges;
+  Best b{NAN, kNoIndex};
+  for (int p = threadIdx.x; p < ranges; p += 32) take(b, row[p].v, row[p].i);
+  b = warp_best(b);
+  if (threadIdx.x == 0) ids[blockIdx.x] = b.i == kNoIndex ? 0 : b.i;
 }
 
 // grid: R blocks; row r copies x[rows[r]] (row_bytes, a multiple of 4) to out[r].
@@ -185,8 +209,14 @@ void argmax(const Context& ctx, const Tensor& ids, const Tensor& x) {
   KCHECK_MSG(ids.dtype == DType::kI32 && ids.rows == x.rows && ids.cols == 1, "argmax: ids must be I32 [", x.rows,
              ", 1]");
   KCHECK_MSG(x.rows <= INT32_MAX && x.cols > 0 && x.cols <= INT32_MAX, "argmax: bad shape [", x.rows, ", ", x.cols, "]");
+  KCHECK_MSG(x.rows <= 65535, "argmax: ", x.rows, " rows in one call (the CUDA kernel takes 65535)");
   if (x.rows == 0) return;
-  argmax_kernel<<<unsigned(x.rows), 1024, 0, ctx.stream>>>(static_cast<int32_t*>(ids.data), x.f32(), x.cols);
+  const int ranges = int(ceil_div(x.cols, kArgmaxRange));
+  auto* bests = static_cast<Best*>(ctx.scratch->get(kSlotArgmax, size_t(x.rows) * size_t(ranges) * sizeof(Best)));
+  argmax_range_kernel<<<dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream>>>(
+      bests, x.f32(), x.cols, kArgmaxRange);
+  CUDA_CHECK_LAUNCH();
+  argmax_pick_kernel<<<unsigned(x.rows), 32, 0, ctx.stream>>>(static_cast<int32_t*>(ids.data), bests, ranges);
   CUDA_CHECK_LAUNCH();
 }
 

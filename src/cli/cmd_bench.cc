@@ -136,9 +136,10 @@ int bench_cmd(const Args& args) {
   std::mt19937 rng(1234);
 
   nlohmann::json results = nlohmann::json::array();
-  std::printf("model: %s (%s, %s params, %s of weights), device %s%s, %d threads\n", dir.c_str(),
+  const std::string device_name = ops->device_name();
+  std::printf("model: %s (%s, %s params, %s of weights), device %s (%s)%s, %d threads\n", dir.c_str(),
               cfg.model_type.c_str(), human_count(double(lm.model->parameter_count())).c_str(),
-              human_bytes(double(lm.model->weight_bytes())).c_str(), ops->name(),
+              human_bytes(double(lm.model->weight_bytes())).c_str(), ops->name(), device_name.c_str(),
               bo.deterministic ? " (deterministic)" : "", ThreadPool::global().size());
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
   if (cfg.has_moe())
@@ -275,6 +276,7 @@ int bench_cmd(const Args& args) {
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   nlohmann::json doc = {{"model", dir}, {"model_type", cfg.model_type}, {"device", ops->name()},
+                        {"device_name", device_name},
                         {"deterministic", bo.deterministic},
                         {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
                         {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},

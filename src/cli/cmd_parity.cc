@@ -27,6 +27,7 @@ int run_parity_cmd(const Args& args) {
     j["pass"] = r.pass;
     j["model"] = dir;
     j["device"] = ops->name();
+    j["device_name"] = ops->device_name();
     j["precision"] = ops->activation_dtype() == DType::kF64 ? "f64" : "f32";
     j["deterministic"] = bo.deterministic;
     j["tolerance"] = opts.tolerance;

@@ -20,6 +20,7 @@ class ForwardingOps : public Ops {
   const char* name() const override { return inner_.name(); }
   std::unique_ptr<OpTimer> make_timer() override { return inner_.make_timer(); }
   std::string device_fault() const override { return inner_.device_fault(); }
+  std::string device_name() const override { return inner_.device_name(); }
   DType activation_dtype() const override { return inner_.activation_dtype(); }
   bool supports_weight_dtype(DType dtype) const override { return inner_.supports_weight_dtype(dtype); }
   bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override {

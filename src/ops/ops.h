@@ -123,6 +123,9 @@ class Ops {
   virtual std::unique_ptr<OpTimer> make_timer();
   // Non-empty when the backend can compute no more (a sticky device error): what went wrong.
   virtual std::string device_fault() const { return {}; }
+  // What the backend runs on, as the hardware names itself ("NVIDIA H200", the CPU's model name):
+  // benchmarks record it with their figures.
+  virtual std::string device_name() const = 0;
   // The device's free and total memory; false for backends without device memory (the CPU).
   virtual bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const { return false; }
   // The dtype of activations, caches and recurrent state: F32, or F64 for the CPU backend's

@@ -1,8 +1,10 @@
 // Where tests find their data and scratch space, and how they run the CLI.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -22,5 +24,18 @@ inline std::string work_path(const std::string& rel) {
 }
 
 inline std::string kestrel_binary() { return KESTREL_BINARY; }
+
+// Runs `kestrel ARGS` and returns its stdout and stderr; `status` gets the exit status.
+inline std::string run_cli(const std::string& args, int* status) {
+  const std::string cmd = kestrel_binary() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = p ? pclose(p) : -1;
+  *status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
 
 }  // namespace kestrel::test

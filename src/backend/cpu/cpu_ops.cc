@@ -1,12 +1,26 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <cstring>
+#include <fstream>
 #include <optional>
 
 #include "backend/cpu/kernels.h"
 #include "quant/quant.h"
 
 namespace kestrel {
+
+std::string CpuOps::device_name() const {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t begin = line.find_first_not_of(" \t", colon + 1);
+    return begin == std::string::npos ? "cpu" : line.substr(begin);
+  }
+  return "cpu";  // no /proc/cpuinfo, or no model name in it
+}
 
 CpuOps::CpuOps(DType activations) : activations_(activations) {
   KCHECK_MSG(activations == DType::kF32 || activations == DType::kF64, "CpuOps: activations must be F32 or F64, not ",

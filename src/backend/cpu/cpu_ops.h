@@ -12,6 +12,7 @@ class CpuOps final : public Ops {
   explicit CpuOps(DType activations = DType::kF32);
   Device device() const override { return Device::kCpu; }
   const char* name() const override { return "cpu"; }
+  std::string device_name() const override;  // /proc/cpuinfo's model name
   DType activation_dtype() const override { return activations_; }
   // BF16/F16/F32 and every block format: matmul (and so matmul_multi and moe_experts) dequantizes
   // a tile of weight rows at a time; embed / embed_rows dequantize the rows they gather.

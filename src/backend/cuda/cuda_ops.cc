@@ -188,6 +188,12 @@ std::string CudaOps::device_fault() const {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
+std::string CudaOps::device_name() const {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, impl_->device));
+  return prop.name;
+}
+
 bool CudaOps::device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const {
   size_t f = 0, t = 0;
   CUDA_CHECK(cudaMemGetInfo(&f, &t));

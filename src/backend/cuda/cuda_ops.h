@@ -39,6 +39,7 @@ class CudaOps final : public Ops, public StepGraphs {
 
   Device device() const override { return Device::kCuda; }
   const char* name() const override { return "cuda"; }
+  std::string device_name() const override;  // cudaDeviceProp::name
   std::unique_ptr<OpTimer> make_timer() override;  // CUDA events on the stream
   bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override;  // cudaMemGetInfo
   std::string device_fault() const override;  // an error the stream reports (sticky: illegal address, ...)

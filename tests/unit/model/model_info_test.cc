@@ -15,20 +15,8 @@ namespace kestrel {
 namespace {
 
 using test::data_path;
+using test::run_cli;
 using test::work_path;
-
-// Runs the CLI and returns its stdout; `status` gets the exit status.
-std::string run_cli(const std::string& args, int* status) {
-  const std::string cmd = test::kestrel_binary() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
 
 TEST(LayerPattern, CompactForms) {
   using K = LayerKind;

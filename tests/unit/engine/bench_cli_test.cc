@@ -1,0 +1,61 @@
+// kestrel bench on the CPU backend over a fixture: the table, and the JSON record that carries
+// what every figure needs (the device by name, the command, the date) and one result per test.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "support/paths.h"
+
+namespace kestrel {
+namespace {
+
+using test::data_path;
+using test::run_cli;
+using test::work_path;
+
+TEST(BenchCli, RecordsDeviceCommandDateAndEveryTest) {
+  const std::string json = work_path("bench-cli.json");
+  int status = 0;
+  const std::string out = run_cli("bench -m " + data_path("fixtures/qwen3_5") +
+                                      " --device cpu -p 16 -n 4 -b 1,2 -r 2 --json " + json +
+                                      " --command-line 'kestrel bench (test)'",
+                                  &status);
+  ASSERT_EQ(status, 0) << out;
+  std::ifstream in(json);
+  ASSERT_TRUE(in) << json;
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc.at("device"), "cpu");
+  const std::string name = doc.at("device_name");
+  EXPECT_FALSE(name.empty());
+  EXPECT_NE(out.find("device cpu (" + name + ")"), std::string::npos) << out;
+  EXPECT_EQ(doc.at("command"), "kestrel bench (test)");
+  EXPECT_TRUE(std::regex_match(doc.at("date").get<std::string>(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
+  EXPECT_GT(doc.at("copy_bandwidth_GBps").get<double>(), 0.0);
+  // pp16 at batch 1, tg4 at batches 1 and 2
+  const auto& results = doc.at("results");
+  ASSERT_EQ(results.size(), 3u) << doc.dump(1);
+  const std::pair<const char*, int> want[] = {{"pp16", 1}, {"tg4", 1}, {"tg4", 2}};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(results[i].at("test"), want[i].first);
+    EXPECT_EQ(results[i].at("batch"), want[i].second);
+    EXPECT_EQ(results[i].at("reps"), 2);
+    const double lo = results[i].at("tokens_per_s_min"), med = results[i].at("tokens_per_s_median"),
+                 hi = results[i].at("tokens_per_s_max");
+    EXPECT_GT(lo, 0.0);
+    EXPECT_LE(lo, med);
+    EXPECT_LE(med, hi);
+    EXPECT_NE(out.find(want[i].first), std::string::npos);
+  }
+}
+
+TEST(BenchCli, OutOfRangeOptionIsRefusedByName) {
+  int status = 0;
+  const std::string out = run_cli("bench -m " + data_path("fixtures/qwen3_5") + " --device cpu -p 16 -n 4 -b 0", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("-b"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -311,7 +311,7 @@ const Registrar kReg{{
                 {"d", "d", "LIST", "context depths for tg tests", "0"},
                 {"r", "r", "N", "repetitions", "3"},
                 {"chunk", "", "N", "prefill tokens per step", "512"},
-                {"json", "", "FILE", "also write the results as JSON"},
+                {"json", "", "FILE", "also write the results as JSON (with the device's name, the command and the date)"},
                 {"profile", "", "", "print a phase profile of each test (one extra recorded run)"},
                 {"command-line", "", "TEXT", "command recorded in the JSON"},
                 {"threads", "t", "N", "CPU threads", "all cores"},

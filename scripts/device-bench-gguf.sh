@@ -11,14 +11,9 @@ preset=${2:?PRESET}
 name=${3:?NAME}
 quant=${4:?QUANT}
 shift 4
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-models=${MODELS:-/tmp/models}
-mkdir -p "$models" "$out"
-if [ ! -f "$models/$name/config.json" ]; then
-  start=$(date +%s)
-  build/kestrel random-model --like "$preset" --out "$models/$name" --quiet || exit 1
-  echo "random-model $preset: $(( $(date +%s) - start )) s"
-fi
+source "$(dirname "$0")/lib/random-model.sh"
+mkdir -p "$out"
+ensure_random_model "$preset" "$name" || exit 1
 gguf="$models/$name-$quant.gguf"
 if [ ! -f "$gguf" ]; then
   start=$(date +%s)

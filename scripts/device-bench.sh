@@ -8,14 +8,9 @@ out=${1:?OUT_DIR}
 preset=${2:?PRESET}
 name=${3:?NAME}
 shift 3
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-models=${MODELS:-/tmp/models}
-mkdir -p "$models" "$out"
-if [ ! -f "$models/$name/config.json" ]; then
-  start=$(date +%s)
-  build/kestrel random-model --like "$preset" --out "$models/$name" --quiet || exit 1
-  echo "random-model $preset: $(( $(date +%s) - start )) s"
-fi
+source "$(dirname "$0")/lib/random-model.sh"
+mkdir -p "$out"
+ensure_random_model "$preset" "$name" || exit 1
 cmd="kestrel bench -m $name --device cuda $*"
 build/kestrel bench -m "$models/$name" --device cuda "$@" --json "$out/bench-$name.json" --command-line "$cmd" \
   >"$out/bench-$name.txt" 2>&1

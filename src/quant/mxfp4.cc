@@ -2,6 +2,8 @@
 // exponent. The exponent is floor(log2(max|x|)) - 2 (so the largest magnitude lands in the top
 // binade 4..6 of E2M1), and each element takes the nearest E2M1 value (first index wins ties);
 // ggml's quantize_row_mxfp4_ref.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -64,12 +66,17 @@ void quantize_row_mxfp4(const float* x, int64_t n, void* out) {
 void dequantize_row_mxfp4(const void* in, int64_t n, float* y) {
   KCHECK(n % kQKMxfp4 == 0);
   const auto* blocks = static_cast<const BlockMxfp4*>(in);
+  // The 16 codes' table values looked up by byte shuffles (low nibbles: elements 0..15, high:
+  // 16..31), widened and converted exactly, times a power of two: exact, as element by element.
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
   for (int64_t b = 0; b < n / kQKMxfp4; ++b, y += kQKMxfp4) {
-    const float d = e8m0_half(blocks[b].e);
-    for (int j = 0; j < kQKMxfp4 / 2; ++j) {
-      y[j] = float(kMxfp4Values[blocks[b].qs[j] & 0xF]) * d;
-      y[j + kQKMxfp4 / 2] = float(kMxfp4Values[blocks[b].qs[j] >> 4]) * d;
-    }
+    const __m256 d = _mm256_set1_ps(e8m0_half(blocks[b].e));
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+    const __m128i halves[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves[j])), d));
   }
 }
 

@@ -1,8 +1,9 @@
-// The vectorized row decoders (dequantize_row for Q8_0, Q4_K, Q5_K, Q6_K) against ggml's dequantization
+// The vectorized row decoders (dequantize_row for Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4) against ggml's dequantization
 // written out element by element, bit for bit, on random blocks: every byte pattern of the
 // quants and scales, and finite f16 super-block scales including subnormals and negatives.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -120,6 +121,49 @@ TEST(QuantDecode, Q6_KMatchesTheElementwiseReference) {
   }
   std::vector<float> got(want.size());
   dequantize_row_q6_k(blocks.data(), int64_t(got.size()), got.data());
+  expect_same_bits(got, want);
+}
+
+TEST(QuantDecode, Q5_0AndQ5_1MatchTheElementwiseReference) {
+  std::mt19937 rng(5);
+  auto b0 = random_blocks<BlockQ5_0>(15);
+  auto b1 = random_blocks<BlockQ5_1>(16);
+  for (auto& b : b0) b.d = random_f16(rng);
+  for (auto& b : b1) b.d = random_f16(rng), b.m = random_f16(rng);
+  // element j: its nibble (low half of qs[j] for j < 16, high half of qs[j - 16] after), bit j of qh
+  auto q5 = [](const uint8_t* qs, const uint8_t* qh, int j) {
+    const int nib = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
+    return nib | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+  };
+  std::vector<float> want0, want1;
+  for (const auto& b : b0)
+    for (int j = 0; j < kQK5; ++j) want0.push_back(float(q5(b.qs, b.qh, j) - 16) * f16_to_f32(b.d));
+  for (const auto& b : b1)
+    for (int j = 0; j < kQK5; ++j) {
+      const float p = float(q5(b.qs, b.qh, j)) * f16_to_f32(b.d);
+      want1.push_back(p + f16_to_f32(b.m));
+    }
+  std::vector<float> got0(want0.size()), got1(want1.size());
+  dequantize_row_q5_0(b0.data(), int64_t(got0.size()), got0.data());
+  dequantize_row_q5_1(b1.data(), int64_t(got1.size()), got1.data());
+  expect_same_bits(got0, want0);
+  expect_same_bits(got1, want1);
+}
+
+TEST(QuantDecode, Mxfp4MatchesTheElementwiseReference) {
+  auto blocks = random_blocks<BlockMxfp4>(17);  // every exponent byte, subnormal scales included
+  blocks[0].e = 0, blocks[1].e = 1, blocks[2].e = 254;
+  constexpr int kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // E2M1 doubled
+  std::vector<float> want;
+  for (const auto& b : blocks) {
+    const float d = std::ldexp(1.0f, int(b.e) - 128);  // the E8M0 scale, halved for the doubled table
+    for (int j = 0; j < kQKMxfp4; ++j) {
+      const int code = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
+      want.push_back(float(kValues[code]) * d);
+    }
+  }
+  std::vector<float> got(want.size());
+  dequantize_row_mxfp4(blocks.data(), int64_t(got.size()), got.data());
   expect_same_bits(got, want);
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/runner.h"
+#include "support/compare.h"
 #include "support/fixture_model.h"
 
 namespace kestrel {
@@ -31,15 +32,6 @@ std::vector<float> chunked_logits(Model& model, const std::vector<int32_t>& prom
   return out;
 }
 
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-    s += double(b[i]) * b[i];
-  }
-  return m / std::sqrt(s / double(b.size()));
-}
-
 class Chunking : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Chunking, AnySplitMatchesOnePassAndGridSplitsAreBitIdentical) {
@@ -49,7 +41,7 @@ TEST_P(Chunking, AnySplitMatchesOnePassAndGridSplitsAreBitIdentical) {
   for (const std::vector<int>& sizes : std::vector<std::vector<int>>{{1}, {3}, {16}, {64}, {5, 59, 100, 7}, {37, 91}}) {
     const auto got = chunked_logits(fm.model(), prompt, sizes);
     ASSERT_EQ(got.size(), whole.size());
-    EXPECT_LE(max_rel(got, whole), 1e-4) << "chunk sizes starting " << sizes[0];
+    EXPECT_LE(test::max_rel_diff(got, whole), 1e-4) << "chunk sizes starting " << sizes[0];
   }
   for (const std::vector<int>& sizes : std::vector<std::vector<int>>{{64}, {128, 64}, {192}}) {
     const auto got = chunked_logits(fm.model(), prompt, sizes);

@@ -12,6 +12,7 @@
 #include "engine/parity.h"
 #include "engine/runner.h"
 #include "model/loader.h"
+#include "support/compare.h"
 #include "support/fixture_model.h"
 #include "support/paths.h"
 
@@ -63,15 +64,6 @@ inline std::vector<float> chunked_logits(Model& model, const std::vector<int32_t
   }
   runner.finish(seq);
   return out;
-}
-
-inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, ss = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-    ss += double(b[i]) * b[i];
-  }
-  return m / std::sqrt(ss / double(std::max<size_t>(b.size(), 1)));
 }
 
 // Prefill in chunks of 1, 3, 16, 64 and uneven splits equals one pass within fp32 tolerance.

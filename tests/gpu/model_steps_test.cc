@@ -13,6 +13,7 @@
 #include "engine/runner.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
+#include "support/compare.h"
 #include "support/paths.h"
 
 namespace kestrel::test {
@@ -60,16 +61,6 @@ std::vector<float> run_schedule(Model& model) {
   return out;
 }
 
-// max |got - ref| over the RMS of ref (the sizes are checked by the caller).
-double max_err_over_rms(const std::vector<float>& got, const std::vector<float>& ref) {
-  double worst = 0, ss = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
-    ss += double(ref[i]) * ref[i];
-  }
-  return worst / std::sqrt(ss / double(ref.size()));
-}
-
 class ModelSteps : public GpuTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(ModelSteps, ChunkedBatchedStepsMatchCpu) {
@@ -79,7 +70,7 @@ TEST_P(ModelSteps, ChunkedBatchedStepsMatchCpu) {
   const std::vector<float> ref = run_schedule(*on_cpu.model);
   const std::vector<float> got = run_schedule(*on_gpu.model);
   ASSERT_EQ(got.size(), ref.size());
-  const double rel = max_err_over_rms(got, ref);
+  const double rel = max_rel_diff(got, ref);
   std::printf("  %-22s max |cuda - cpu| / rms = %.3e over %zu logits\n", GetParam(), rel, ref.size());
   EXPECT_LE(rel, 2e-2) << GetParam();
 }
@@ -124,7 +115,7 @@ TEST_P(ModelStepsGguf, QuantizedStepsMatchCpu) {
   for (auto* run : {&run_schedule, &run_long}) {
     const std::vector<float> ref = (*run)(*on_cpu.model), got = (*run)(*on_gpu.model);
     ASSERT_EQ(got.size(), ref.size());
-    const double rel = max_err_over_rms(got, ref);
+    const double rel = max_rel_diff(got, ref);
     std::printf("  %-14s %-7s %s max |cuda - cpu| / rms = %.3e over %zu logits\n", family, quant,
                 run == &run_long ? "long    " : "schedule", rel, ref.size());
     EXPECT_LE(rel, 2e-2) << family << " " << quant;

@@ -1,8 +1,9 @@
-// --device (and --deterministic) for every command that runs a model: "cpu" always, "cuda" where
-// built and present.
+// --device (and --deterministic, --matmul-precision) for every command that runs a model: "cpu"
+// always, "cuda" where built and present.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/args.h"
@@ -18,6 +19,11 @@ struct BackendOptions {
   // --precision f32|f64: the activation dtype. F64 is the CPU backend's float64 oracle mode
   // (activations, caches and recurrent state in double; weights as stored); cuda refuses it.
   DType activations = DType::kF32;
+  // --matmul-precision bf16x3|bf16x2|bf16|exact: the CUDA backend's MatmulPrecision
+  // (backend/cuda/cuda_ops.h, CudaOps::set_matmul_precision), kept by name so that builds without
+  // CUDA parse and check it too. Absent: not given, the backend's default (bf16x3). Refused on cpu,
+  // and bf16 / bf16x2 with --deterministic (its matmuls are the F32 GEMV kernels, exact's).
+  std::optional<std::string> matmul_precision;
 };
 
 // The --deterministic option's help line (commands append what it does for them).
@@ -26,8 +32,25 @@ inline constexpr const char* kDeterministicHelp =
     "(cuda: every matmul on the F32 GEMV kernels and split-KV attention cut by each row's own context, which "
     "slows prefill and large batches; cpu: always so, no change)";
 
-// --device (default cpu), --deterministic and, for commands that offer it, --precision.
+// The --matmul-precision option's help line.
+inline constexpr const char* kMatmulPrecisionHelp =
+    "cuda: the precision of prefill matmuls (steps of more than 8 rows) and prefill attention. bf16x3: the F32 "
+    "activations split into three BF16 terms for the tensor cores (as exact as F32, ~1e-5 relative); bf16x2: two "
+    "(~1e-4); bf16: one (~1e-2; the prefill GEMMs ~2.9x faster than bf16x3; fails the tiny fixtures' 2e-2 "
+    "parity); the tiled attention takes hi/lo BF16 products, single ones at bf16; exact: the F32 GEMV kernels for "
+    "every matmul and the F32 split-KV attention (slow; for diagnosis). Decode matmuls are F32 GEMV at any "
+    "setting. Refused with --device cpu (F32, or F64, throughout), and with --deterministic unless bf16x3 or "
+    "exact (its matmuls are exact's)";
+
+// --device (default cpu), --deterministic and --matmul-precision and, for commands that offer it,
+// --precision. Error naming the flag for a bad value or a combination the backend cannot honour.
 BackendOptions backend_options(const Args& args);
+
+// The matmul precision a run with `options` computes with, for reports (bench, parity,
+// quant-quality): on cuda the --matmul-precision name (bf16x3 unless given), "exact" in
+// deterministic mode (every matmul on the F32 GEMV kernels); empty on cpu, whose matmuls take F32
+// activations (F64 with --precision f64).
+std::string matmul_precision_report(const BackendOptions& options);
 
 // Error naming --device when the backend is unknown or not available in this build/machine.
 std::unique_ptr<Ops> make_backend(const BackendOptions& options);

@@ -137,10 +137,13 @@ int bench_cmd(const Args& args) {
 
   nlohmann::json results = nlohmann::json::array();
   const std::string device_name = ops->device_name();
-  std::printf("model: %s (%s, %s params, %s of weights), device %s (%s)%s, %d threads\n", dir.c_str(),
+  const std::string matmul_precision = matmul_precision_report(bo);  // empty on cpu
+  std::printf("model: %s (%s, %s params, %s of weights), device %s (%s)%s%s, %d threads\n", dir.c_str(),
               cfg.model_type.c_str(), human_count(double(lm.model->parameter_count())).c_str(),
               human_bytes(double(lm.model->weight_bytes())).c_str(), ops->name(), device_name.c_str(),
-              bo.deterministic ? " (deterministic)" : "", ThreadPool::global().size());
+              bo.deterministic ? " (deterministic)" : "",
+              matmul_precision.empty() ? "" : (", matmul precision " + matmul_precision).c_str(),
+              ThreadPool::global().size());
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
   if (cfg.has_moe())
     std::printf("mixture of experts: a step counts the experts its rows are expected to touch (%s at batch 1)\n",
@@ -278,6 +281,8 @@ int bench_cmd(const Args& args) {
   nlohmann::json doc = {{"model", dir}, {"model_type", cfg.model_type}, {"device", ops->name()},
                         {"device_name", device_name},
                         {"deterministic", bo.deterministic},
+                        {"matmul_precision",  // null on cpu
+                         matmul_precision.empty() ? nlohmann::json() : nlohmann::json(matmul_precision)},
                         {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
                         {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},
                         {"date", date}, {"command", args.get("command-line", "")}, {"results", results}};
@@ -294,7 +299,7 @@ const Registrar kReg{{
     .name = "bench",
     .summary = "measure prompt processing and token generation speed",
     .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] "
-             "[--deterministic] [--json FILE]",
+             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
@@ -303,7 +308,9 @@ const Registrar kReg{{
                "(embedding, attention, deltanet, mlp/moe, head, other) and by op, and the time between ops\n"
                "(host work the device waited for); device events time it on the GPU. Greedy decoding picks\n"
                "each token on the backend (no logits come back). --deterministic measures the batch-invariant\n"
-               "kernels (compare with a run without it for what the mode costs).",
+               "kernels (compare with a run without it for what the mode costs). --matmul-precision measures\n"
+               "prefill at another precision of the CUDA matmuls and attention; on cuda the header and the JSON\n"
+               "record the precision the run computed with (exact under --deterministic; null on cpu).",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"p", "p", "LIST", "prompt lengths for pp tests (0 = none)", "512"},
                 {"n", "n", "LIST", "tokens per tg test (0 = none)", "128"},
@@ -316,6 +323,7 @@ const Registrar kReg{{
                 {"command-line", "", "TEXT", "command recorded in the JSON"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "", kDeterministicHelp}},
     .run = bench_cmd,
 }};

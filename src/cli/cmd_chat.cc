@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/backend_select.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -18,7 +19,9 @@ int chat_cmd(const Args& args) {
   const std::string dir = args.require("model");
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   server::ServeOptions mo;
-  mo.device = args.get("device", "cpu");
+  const BackendOptions bo = backend_options(args);
+  mo.device = bo.device;
+  mo.matmul_precision = bo.matmul_precision;
   mo.max_running = 1;
   mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
   auto m = server::load_served_model(dir, mo);
@@ -97,7 +100,8 @@ int chat_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "chat",
     .summary = "chat with a model in the terminal",
-    .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T]",
+    .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T] [--device cpu|cuda] "
+             "[--matmul-precision bf16x3|bf16x2|bf16|exact]",
     .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
                "Type /reset to clear the conversation and /exit (or end of input) to quit.",
     .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
@@ -110,7 +114,8 @@ const Registrar kReg{{
                 {"no-think", "", "", "ask the template to skip reasoning (enable_thinking=false)"},
                 {"ctx", "", "N", "context length", "8192"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
-                {"device", "", "cpu|cuda", "backend", "cpu"}},
+                {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"}},
     .run = chat_cmd,
 }};
 

@@ -16,6 +16,7 @@ int run_parity_cmd(const Args& args) {
   const std::string ref = args.get("reference", path_join(dir, "reference.safetensors"));
   const BackendOptions bo = backend_options(args);
   auto ops = make_backend(bo);
+  const std::string mp = matmul_precision_report(bo);  // empty on cpu
   ParityOptions opts;
   const bool cpu = ops->device() == Device::kCpu;
   opts.tolerance = args.get_double("tolerance", cpu ? 1e-4 : 2e-2, 0.0, 1e6);
@@ -30,6 +31,7 @@ int run_parity_cmd(const Args& args) {
     j["device_name"] = ops->device_name();
     j["precision"] = ops->activation_dtype() == DType::kF64 ? "f64" : "f32";
     j["deterministic"] = bo.deterministic;
+    j["matmul_precision"] = mp.empty() ? nlohmann::json() : nlohmann::json(mp);
     j["tolerance"] = opts.tolerance;
     j["prompts"] = nlohmann::json::array();
     for (const auto& p : r.prompts) {
@@ -55,9 +57,9 @@ int run_parity_cmd(const Args& args) {
       std::printf("%-6d %12.3e %12.3e %12.3e %12s %s%s\n", p.len, p.max_abs_err, p.rel_err, p.step_rel_err, hidden,
                   greedy.c_str(), p.pass ? "" : "  FAIL");
     }
-    std::printf("%s (tolerance %.1e of the logits' RMS, device %s, %s activations%s)\n", r.pass ? "PASS" : "FAIL",
+    std::printf("%s (tolerance %.1e of the logits' RMS, device %s, %s activations%s%s)\n", r.pass ? "PASS" : "FAIL",
                 opts.tolerance, ops->name(), ops->activation_dtype() == DType::kF64 ? "f64" : "f32",
-                bo.deterministic ? ", deterministic" : "");
+                mp.empty() ? "" : (", matmul precision " + mp).c_str(), bo.deterministic ? ", deterministic" : "");
   }
   return r.pass ? 0 : 1;
 }
@@ -65,16 +67,20 @@ int run_parity_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "parity",
     .summary = "check a model's logits against a reference computed by transformers",
-    .usage = "kestrel parity -m DIR|FILE.gguf [--reference FILE] [--json] [--device cpu|cuda] [--precision f32|f64] [--deterministic]",
+    .usage = "kestrel parity -m DIR|FILE.gguf [--reference FILE] [--json] [--device cpu|cuda] [--precision f32|f64] "
+             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic]",
     .details = "Runs every prompt of the reference file (default DIR/reference.safetensors): full-prompt\n"
                "logits, the greedy continuation with its step logits, and hidden states where present.\n"
                "Exit status 0 only when every prompt is within tolerance.",
     .options = {{"model", "m", "DIR", "model directory (config.json + safetensors), or a .gguf file"},
                 {"reference", "r", "FILE", "reference file", "DIR/reference.safetensors"},
-                {"json", "", "", "print one JSON object: {pass, prompts: [{len, max_abs_err, rel_err, greedy_match}]}"},
+                {"json", "", "",
+                 "print one JSON object: {pass, device, precision, matmul_precision (cuda; else null), deterministic, "
+                 "prompts: [{len, max_abs_err, rel_err, greedy_match}]}"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"precision", "", "f32|f64",
                  "activation precision; f64 is the CPU backend's float64 oracle mode (about 2x slower)", "f32"},
+                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "", kDeterministicHelp},
                 {"tolerance", "", "X", "max error relative to the logits' RMS", "1e-4 on cpu, 2e-2 on cuda"}},
     .run = run_parity_cmd,

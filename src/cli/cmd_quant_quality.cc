@@ -34,6 +34,7 @@ std::string kjv_text() {
 int run_quant_quality(const Args& args) {
   const std::string quant_path = args.require("model");
   const std::string source_dir = args.require("source");
+  const BackendOptions bo = backend_options(args);  // refused before the text is read
   QuantQualityOptions o;
   o.ctx = args.get_int("ctx", 512, 2, 1 << 20);
   o.max_tokens = args.get_int("max-tokens", 8192, 2, int64_t(1) << 30);
@@ -43,7 +44,7 @@ int run_quant_quality(const Args& args) {
   const tok::Tokenizer tokenizer = tok::Tokenizer::load(tok_path);
   const std::string text = args.has("text") ? read_file(args.get("text")) : kjv_text();
   std::vector<int32_t> tokens = tokenizer.encode(text, {.add_special_tokens = false});
-  auto ops = make_backend({.device = args.get("device", "cpu")});
+  auto ops = make_backend(bo);
   LoadedModel source = load_model(source_dir, *ops);
   LoadedModel quant = load_model(quant_path, *ops);
   const QuantQuality q = measure_quant_quality(*quant.model, *source.model, tokens, o);
@@ -59,7 +60,9 @@ int run_quant_quality(const Args& args) {
     char date[32];
     std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    const std::string mp = matmul_precision_report(bo);  // empty on cpu
     nlohmann::json j = {{"quantized", quant_path}, {"source", source_dir}, {"device", ops->name()},
+                        {"matmul_precision", mp.empty() ? nlohmann::json() : nlohmann::json(mp)},
                         {"date", date}, {"ctx", o.ctx}, {"windows", q.windows}, {"positions", q.positions},
                         {"kl_mean", q.kl_mean}, {"kl_p90", q.kl_p90}, {"kl_p99", q.kl_p99}, {"kl_max", q.kl_max},
                         {"top1_agreement", q.top1_agreement}, {"ppl_source", q.ppl_source},
@@ -72,7 +75,8 @@ int run_quant_quality(const Args& args) {
 const Registrar kReg{{
     .name = "quant-quality",
     .summary = "KL divergence, top-1 agreement and perplexity of a quantized model against its source",
-    .usage = "kestrel quant-quality -m QUANT.gguf|DIR --source HF_DIR [--text FILE] [--ctx 512] [--max-tokens 8192]",
+    .usage = "kestrel quant-quality -m QUANT.gguf|DIR --source HF_DIR [--text FILE] [--ctx 512] [--max-tokens 8192] "
+             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact]",
     .details = "Both models read the same windows of the text (tokenized with the source's tokenizer.json);\n"
                "at every position the source's next-token distribution is the teacher: KL(source || quantized)\n"
                "in nats (mean, p90, p99, max), how often the two top-1 tokens agree, and each model's\n"
@@ -84,7 +88,8 @@ const Registrar kReg{{
                 {"ctx", "", "N", "tokens per window", "512"},
                 {"max-tokens", "", "N", "tokens of the text to use", "8192"},
                 {"json", "", "FILE", "also write the figures as JSON"},
-                {"device", "", "cpu|cuda", "backend", "cpu"}},
+                {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"}},
     .run = run_quant_quality,
 }};
 

@@ -38,7 +38,9 @@ int serve_cmd(const Args& args) {
   so.limits.default_max_tokens = int(std::min<int64_t>(so.limits.max_tokens, 256));
   so.limits.max_n = int(args.get_int("max-n", 8, 1, 128));
   server::ServeOptions mo;
-  mo.device = args.get("device", "cpu");
+  const BackendOptions bo = backend_options(args);  // refuses a bad --matmul-precision before loading
+  mo.device = bo.device;
+  mo.matmul_precision = bo.matmul_precision;
   mo.name = args.get("served-model-name", "");
   mo.max_running = int32_t(args.get_int("max-running", 16, 1, 4096));
   mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
@@ -49,7 +51,7 @@ int serve_cmd(const Args& args) {
     if (mo.device != "cuda") bad_input("--gpu-memory needs --device cuda (the ", mo.device, " backend has no device memory to plan)");
   }
   mo.prefix_cache = !args.flag("no-prefix-cache");
-  mo.deterministic = args.flag("deterministic");
+  mo.deterministic = bo.deterministic;
   if (mo.deterministic && mo.max_step_tokens < 64)
     bad_input("--deterministic needs --step-tokens of at least 64 (prompt chunks end on the 64-token grid), got ",
               mo.max_step_tokens);
@@ -94,7 +96,8 @@ int serve_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "serve",
     .summary = "serve a model over an OpenAI-compatible HTTP API",
-    .usage = "kestrel serve -m DIR [--host H] [--port P] [--api-key KEY] [--device cpu|cuda] [--deterministic]",
+    .usage = "kestrel serve -m DIR [--host H] [--port P] [--api-key KEY] [--device cpu|cuda] "
+             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic]",
     .details = "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
                "(503 while loading), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
                "SIGTERM/SIGINT stop accepting requests, drain those in flight (--drain-timeout), then exit.",
@@ -120,6 +123,7 @@ const Registrar kReg{{
                 {"drain-timeout", "", "SECONDS", "how long in-flight requests may finish on shutdown", "30"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "",
                  std::string(kDeterministicHelp) +
                      "; on either device the scheduler then ends prompt chunks only on the 64-token grid, recomputes "

@@ -29,7 +29,8 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
   } catch (const Error&) {
     m->chat_template.reset();  // no template: completions only
   }
-  m->ops = cli::make_backend({.device = o.device, .deterministic = o.deterministic});
+  m->ops = cli::make_backend(
+      {.device = o.device, .deterministic = o.deterministic, .matmul_precision = o.matmul_precision});
   if (o.profile) {  // the model runs on a wrapper that times every op on the backend's clock
     m->backend = std::move(m->ops);
     auto p = std::make_unique<ProfilingOps>(*m->backend);

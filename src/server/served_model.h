@@ -41,6 +41,7 @@ struct ServeOptions {
   bool prefix_cache = true;
   bool profile = false;         // time every op (ProfilingOps); printed when the server stops
   bool deterministic = false;   // batch-invariant backend and scheduling (SchedulerConfig::deterministic)
+  std::optional<std::string> matmul_precision;  // the CUDA backend's (cli::BackendOptions); absent: its default
 };
 
 // Loads the model, its tokenizer (required) and chat template (optional) from DIR.

@@ -23,9 +23,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <string>
 
 #include "gpu_test_util.h"
+#ifdef KESTREL_HAVE_CUDA
+#include "backend/cuda/attention_prefill.h"
+#endif
 
 namespace kestrel::test {
 namespace {
@@ -48,6 +53,57 @@ class AttentionPrefill : public GpuTest, public ::testing::WithParamInterface<Ma
     static_cast<CudaOps&>(gpu()).set_matmul_precision(GetParam());
   }
   bool split() const { return GetParam() != MatmulPrecision::kBf16; }
+
+  // One sequence's n-token prefill (with a shape of 8/2 heads of 256) in steps cut at `cuts`; the
+  // 100-row other sequence joins the step starting at `with_other` (or never: -1). Returns the n
+  // rows' outputs.
+  std::vector<float> prefill_in_pieces(int n, int window, const std::vector<int>& cuts,
+                                       int with_other, uint32_t seed) {
+    const Shape c{8, 2, 256};
+    const int bs = 16, nb = (n + bs - 1) / bs;
+    const int64_t kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
+    std::vector<int32_t> blocks(static_cast<size_t>(nb)), other_blocks(8);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::mt19937 rng(seed);  // the same inputs (and table) for every cut
+    std::shuffle(blocks.begin(), blocks.end(), rng);  // a scrambled table
+    for (int i = 0; i < 8; ++i) other_blocks[size_t(i)] = nb + i;
+    auto random_host = [&](int64_t rows, int64_t cols) {
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> v(size_t(rows * cols));
+      for (float& x : v) x = nd(rng);
+      return v;
+    };
+    const std::vector<float> q = random_host(n, qw), k = random_host(n, kvw), v = random_host(n, kvw);
+    const std::vector<float> oq = random_host(100, qw), ok = random_host(100, kvw), ov = random_host(100, kvw);
+    AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
+                      .scale = 1.0f / std::sqrt(float(c.hd)), .window = window};
+    Buffer kc = gpu().alloc(DType::kF32, int64_t(nb + 8) * bs, kvw), vc = gpu().alloc(DType::kF32, int64_t(nb + 8) * bs, kvw);
+    std::vector<float> result(size_t(n) * size_t(qw));
+    int begin = 0;
+    for (size_t i = 0; i <= cuts.size(); ++i) {
+      const int end = i < cuts.size() ? cuts[i] : n, len = end - begin;
+      const bool other = begin == with_other;
+      StepPlan plan;
+      std::vector<int32_t> toks(size_t(len) + 100, 1);
+      plan.add_sequence(toks.data(), len, begin, 0, blocks, false, true);
+      if (other) plan.add_sequence(toks.data(), 100, 0, 1, other_blocks, false, true);
+      const int64_t T = plan.n_rows();
+      auto upload = [&](const std::vector<float>& mine, const std::vector<float>& theirs, int64_t width) {
+        Buffer h = host_buffer(DType::kF32, T, width);
+        std::memcpy(h.view().f32(), mine.data() + int64_t(begin) * width, size_t(len * width) * sizeof(float));
+        if (other) std::memcpy(h.view().f32() + len * width, theirs.data(), size_t(100 * width) * sizeof(float));
+        return up(h);
+      };
+      Buffer dq = upload(q, oq, qw), dk = upload(k, ok, kvw), dv = upload(v, ov, kvw);
+      Buffer out = gpu().alloc(DType::kF32, T, qw);
+      gpu().begin_step(plan);
+      gpu().attention(out, dq, dk, dv, {kc, vc}, p, plan);
+      const std::vector<float> o = down(out);
+      std::copy(o.begin(), o.begin() + int64_t(len) * qw, result.begin() + int64_t(begin) * qw);
+      begin = end;
+    }
+    return result;
+  }
 };
 
 std::string describe(const Shape& c, int window, int64_t rows) {
@@ -91,63 +147,59 @@ TEST_P(AttentionPrefill, SharpScores) {
   std::printf("ATTENTION_PREFILL %s sharp rel_err %.3g\n", matmul_precision_name(GetParam()), err);
 }
 
-// One sequence's 320-token prefill in one step, and split over steps at other points (each piece
-// of at least 64 rows, so every step takes the tiled kernel; the second split batches the pieces
-// with another sequence): every row bit-identical.
+// A 320-token prefill in one step, and split over steps at other points (each piece of at least
+// 64 rows, so every step takes the tiled kernel; some splits batch the pieces with another
+// sequence): every row bit-identical.
 TEST_P(AttentionPrefill, ChunkInvariance) {
-  const Shape c{8, 2, 256};
-  const int n = 320, bs = 16, nb = n / bs;
-  const int64_t kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
-  std::vector<int32_t> blocks(nb), other_blocks(8);
-  for (int i = 0; i < nb; ++i) blocks[size_t(i)] = (i * 7) % nb;  // a scrambled table
-  for (int i = 0; i < 8; ++i) other_blocks[size_t(i)] = nb + i;
-  Buffer q = random(n, qw), k = random(n, kvw), v = random(n, kvw);
-  Buffer oq = random(100, qw), ok = random(100, kvw), ov = random(100, kvw);
   for (int window : {0, 100}) {
-    AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
-                      .scale = 1.0f / std::sqrt(float(c.hd)), .window = window};
-    // Runs the prefill split at `cuts` (the other sequence joins the step starting at `with_other`,
-    // or never: -1); returns the 320 rows' outputs.
     auto run = [&](const std::vector<int>& cuts, int with_other) {
-      Buffer kc = gpu().alloc(DType::kF32, int64_t(nb + 8) * bs, kvw), vc = gpu().alloc(DType::kF32, int64_t(nb + 8) * bs, kvw);
-      std::vector<float> result(size_t(n) * size_t(qw));
-      int begin = 0;
-      for (size_t i = 0; i <= cuts.size(); ++i) {
-        const int end = i < cuts.size() ? cuts[i] : n, len = end - begin;
-        const bool other = begin == with_other;
-        StepPlan plan;
-        std::vector<int32_t> toks(size_t(len) + 100, 1);
-        plan.add_sequence(toks.data(), len, begin, 0, blocks, false, true);
-        if (other) plan.add_sequence(toks.data(), 100, 0, 1, other_blocks, false, true);
-        const int64_t T = plan.n_rows();
-        std::vector<float> hq(size_t(T * qw)), hk(size_t(T * kvw)), hv(size_t(T * kvw));
-        std::memcpy(hq.data(), q.view().f32() + int64_t(begin) * qw, size_t(len * qw) * sizeof(float));
-        std::memcpy(hk.data(), k.view().f32() + int64_t(begin) * kvw, size_t(len * kvw) * sizeof(float));
-        std::memcpy(hv.data(), v.view().f32() + int64_t(begin) * kvw, size_t(len * kvw) * sizeof(float));
-        if (other) {
-          std::memcpy(hq.data() + len * qw, oq.view().f32(), size_t(100 * qw) * sizeof(float));
-          std::memcpy(hk.data() + len * kvw, ok.view().f32(), size_t(100 * kvw) * sizeof(float));
-          std::memcpy(hv.data() + len * kvw, ov.view().f32(), size_t(100 * kvw) * sizeof(float));
-        }
-        Buffer sq = host_buffer(DType::kF32, T, qw), sk = host_buffer(DType::kF32, T, kvw),
-               sv = host_buffer(DType::kF32, T, kvw);
-        std::memcpy(sq.view().f32(), hq.data(), hq.size() * sizeof(float));
-        std::memcpy(sk.view().f32(), hk.data(), hk.size() * sizeof(float));
-        std::memcpy(sv.view().f32(), hv.data(), hv.size() * sizeof(float));
-        Buffer dq = up(sq), dk = up(sk), dv = up(sv), out = gpu().alloc(DType::kF32, T, qw);
-        gpu().begin_step(plan);
-        gpu().attention(out, dq, dk, dv, {kc, vc}, p, plan);
-        const std::vector<float> o = down(out);
-        std::copy(o.begin(), o.begin() + int64_t(len) * qw, result.begin() + int64_t(begin) * qw);
-        begin = end;
-      }
-      return result;
+      return prefill_in_pieces(320, window, cuts, with_other, 7);
     };
     const std::vector<float> whole = run({}, -1);
     EXPECT_TRUE(whole == run({64, 192}, -1)) << "window " << window << ": split at 64, 192";
     EXPECT_TRUE(whole == run({100}, 100)) << "window " << window << ": split at 100, batched";
     EXPECT_TRUE(whole == run({70, 150, 250}, 0)) << "window " << window << ": split at 70, 150, 250, batched";
   }
+}
+
+// Past 2048 keys a row's keys span two segments of the absolute key grid (kSegKeys), computed
+// by different blocks and folded: pieces that straddle the boundary, start past it or end
+// before it give the same rows as one 2240-token step, which itself matches a run whose fold
+// is spread over one launch per segment (the partial-results budget cut to nothing).
+TEST_P(AttentionPrefill, ChunkInvarianceAcrossSegments) {
+  for (int window : {0, 1500}) {
+    auto run = [&](const std::vector<int>& cuts, int with_other) {
+      return prefill_in_pieces(2240, window, cuts, with_other, 11);
+    };
+    const std::vector<float> whole = run({}, -1);
+    EXPECT_TRUE(whole == run({1984, 2112}, -1)) << "window " << window << ": split at 1984, 2112";
+    EXPECT_TRUE(whole == run({2000}, 2000)) << "window " << window << ": split at 2000, batched";
+    EXPECT_TRUE(whole == run({1000, 2048}, 1000)) << "window " << window << ": split at 1000, 2048, batched";
+    cuda::set_attention_prefill_partial_budget(1);
+    const std::vector<float> per_segment = run({}, -1);
+    cuda::set_attention_prefill_partial_budget(0);
+    EXPECT_TRUE(whole == per_segment) << "window " << window << ": one launch per segment";
+  }
+}
+
+// Long pasts (rows whose keys cross segment boundaries, up to three segments) and decode rows
+// beside them, against the CPU oracle.
+TEST_P(AttentionPrefill, LongContextVsCpu) {
+  const double bound = split() ? 1e-4 : 1e-2;
+  double worst = 0;
+  for (const Shape& c : std::vector<Shape>{{16, 4, 256}, {8, 8, 128}, {4, 1, 64}}) {
+    for (int window : {0, 1024, 3000}) {
+      AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
+                        .scale = 1.0f / std::sqrt(float(c.hd)), .window = window};
+      const AttentionStep s = attention_step({{1990, 80}, {4100, 70}, {5000, 1}}, p);
+      const std::string what = describe(c, window, s.rows);
+      const double err = rel_err(s.gpu, s.cpu);
+      worst = std::max(worst, err);
+      EXPECT_LE(err, bound) << what;
+    }
+  }
+  std::printf("ATTENTION_PREFILL %s long-context worst rel_err %.3g (bound %.0e)\n", matmul_precision_name(GetParam()),
+              worst, bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, AttentionPrefill,

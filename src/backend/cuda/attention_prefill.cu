@@ -1,28 +1,38 @@
 // attention_prefill: the tiled (flash) attention kernel for steps with long prefill chunks, on
 // the write-first paged path of attention.cu (the step's k/v already sit in the cache).
 //
-// A block owns a tile of kBr = 64 consecutive new rows of one sequence for one query head; its
-// 4 warps own 16 rows each. The keys the tile's rows attend ([first_key(min pos), max pos]) are
-// walked in key tiles of 64 positions (32 for split head_dim 256) aligned to absolute multiples
-// of the tile, read through the block table. Q, K, V and the softmax weights P enter the tensor
-// cores (wmma 16x16x16, BF16 in, F32 accumulate) for S = Q K^T and O += P V; the online softmax
-// (running max m, sum l, rescale of O) runs in F32 per row, with O held in shared memory in F32.
-// Masks per (row, key): causal (key <= the row's position) and the sliding window (key > pos -
-// window).
+// Rows. A block owns kRows = 64 packed rows: the query heads of one KV head (a GQA group of G
+// heads) for 64 / G consecutive new tokens of one sequence, token-major (row r is token r / G,
+// head kvh * G + r % G). Every key tile the block loads then serves all G heads, and the rows of
+// a tile span few positions, so little of a causal tile is masked away. Its 4 warps own 16 rows
+// each. Groups of more than 64 heads take the split-KV kernel (attention_prefill_applies).
 //
-// Precision, by the matmul precision (attention_prefill_applies): with kBf16 each operand is one
-// BF16 term (unit roundoff 2^-9; BF16-level parity); with the multi-term precisions (kBf16x3,
-// the default, and kBf16x2) each operand is split into hi = bf16(x) and lo = bf16(x - hi), and a
-// product is a_lo b_hi + a_hi b_lo + a_hi b_hi: ~2^-16 relative per product, three times the
-// tensor-core work. kExact keeps the F32 split-KV kernel of attention.cu.
+// Keys. The keys a row attends are cut into segments of kSegKeys positions on an absolute grid;
+// a block handles one segment (grid z: KV head x segment slot), walking it in key tiles of kBc
+// positions (64, or 32 for split head_dim 256, to fit shared memory) read through the block table
+// and converted from the F32 cache to BF16 in shared memory. Segments fill the GPU when a chunk
+// has few rows and a long past. Each block writes its rows' partial results (unnormalized O, the
+// running max m and sum l) to scratch; fold_kernel combines a row's segments in increasing order
+// (skipping empty ones) and normalizes.
 //
-// A key tile that masks all of a row's keys leaves that row's m, l and O bit-identical (p = 0,
-// rescale factor exactly 1), and the rows of a tile never mix in the mma, so a row's result
+// Products. S = Q K^T and O += P V run on the tensor cores (mma.sync m16n8k16, BF16 in, F32
+// accumulate), operands staged by ldmatrix; O, m and l stay in registers. The softmax runs in F32
+// in the log2 domain (scores times scale * log2 e, exp2). Precision, by the matmul precision
+// (attention_prefill_applies): with kBf16 each operand is one BF16 term (unit roundoff 2^-9); with
+// the multi-term precisions (kBf16x3, the default, and kBf16x2) each operand is split into
+// hi = bf16(x) and lo = bf16(x - hi) and a product is a_lo b_hi + a_hi b_lo + a_hi b_hi: ~2^-16
+// relative per product, three times the tensor-core work. kExact keeps the F32 split-KV kernel of
+// attention.cu.
+//
+// Invariance. A key tile that masks all of a row's keys leaves that row's m, l and O bit-identical
+// (p = 0, rescale factor exactly 1); rows never mix in the mma; segments and key tiles sit on an
+// absolute grid; the fold runs over a row's non-empty segments in order. So a row's result
 // depends only on its position, its q and the cache, not on which rows share its tile or step:
 // prefill split anywhere among steps that take this kernel gives bit-identical rows.
-#include <mma.h>
+#include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,42 +43,37 @@
 namespace kestrel::cuda {
 namespace {
 
-using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
-constexpr int kBr = 64;       // new rows per block
-constexpr int kWarps = 4;     // 16 rows each
-constexpr int kMinRows = 64;  // a step takes this kernel when one of its sequences has this many new rows
+constexpr int kRows = 64;          // packed (token, head) rows per block
+constexpr int kWarps = 4;          // 16 rows each
+constexpr int kMinRows = 64;       // a step takes this kernel when one of its sequences has this many new rows
+constexpr int kSegKeys = 2048;     // key positions per segment (absolute grid)
+constexpr size_t kPartialBudget = size_t(256) << 20;  // scratch bytes for one launch's partial results
+std::atomic<size_t> g_partial_budget{kPartialBudget};  // set_attention_prefill_partial_budget
+constexpr float kLog2e = 1.4426950408889634f;
 
-constexpr size_t align128(size_t x) { return (x + 127) / 128 * 128; }
-
-// Shared memory layout for head size HD, with each BF16 operand once (SPLIT false) or as a hi/lo
-// pair (SPLIT true). Row strides are padded against bank conflicts; every wmma pointer stays
-// 32-byte aligned. Keys per tile: 64, or 32 for split head_dim 256 (to fit the 227 KB an SM has).
+// Shared memory for head size HD, each BF16 operand once (SPLIT false) or as a hi/lo pair. Row
+// stride HD + 8 elements: 16 bytes past a multiple of 128, so ldmatrix's 8 row reads hit distinct
+// banks.
 template <int HD, bool SPLIT>
 struct Layout {
   static constexpr int bc = (SPLIT && HD == 256) ? 32 : 64;  // keys per key tile
   static constexpr int terms = SPLIT ? 2 : 1;
-  static constexpr int ldh = HD + 8;   // Q, K, V rows (bf16)
-  static constexpr int lds = bc + 4;   // scores (f32)
-  static constexpr int ldp = bc + 8;   // probabilities (bf16)
-  static constexpr int ldo = HD + 4;   // output accumulator (f32)
-  static constexpr size_t q_term = align128(size_t(kBr) * ldh * sizeof(bf16));
-  static constexpr size_t kv_term = align128(size_t(bc) * ldh * sizeof(bf16));
-  static constexpr size_t p_term = align128(size_t(kBr) * ldp * sizeof(bf16));
+  static constexpr int ld = HD + 8;
+  static constexpr size_t q_term = size_t(kRows) * ld * sizeof(bf16);
+  static constexpr size_t kv_term = size_t(bc) * ld * sizeof(bf16);
   static constexpr size_t q = 0;
   static constexpr size_t k = q + terms * q_term;
   static constexpr size_t v = k + terms * kv_term;
-  static constexpr size_t s = v + terms * kv_term;
-  static constexpr size_t p = s + align128(size_t(kBr) * lds * sizeof(float));
-  static constexpr size_t o = p + terms * p_term;
-  static constexpr size_t m = o + align128(size_t(kBr) * ldo * sizeof(float));
-  static constexpr size_t l = m + kBr * sizeof(float);
-  static constexpr size_t pos = l + kBr * sizeof(float);
-  static constexpr size_t bytes = pos + kBr * sizeof(int);
+  static constexpr size_t pos = v + terms * kv_term;
+  static constexpr size_t bytes = pos + kRows * sizeof(int);
+  // blocks an SM holds (the register budget follows): split head_dim 256 needs 132 KB
+  static constexpr int blocks_per_sm = bytes <= 113 * 1024 ? 2 : 1;
 };
 static_assert(Layout<256, true>::bytes <= 227 * 1024, "split head_dim 256 must fit one SM's shared memory");
-static_assert(Layout<256, false>::bytes <= 227 * 1024, "head_dim 256 must fit one SM's shared memory");
+static_assert(Layout<256, false>::bytes <= 113 * 1024, "head_dim 256 should leave room for two blocks an SM");
+static_assert(kSegKeys % 64 == 0, "segments hold whole key tiles");
 
 __device__ __forceinline__ int first_key_of(int pos, int window) {
   return (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
@@ -88,77 +93,107 @@ __device__ __forceinline__ void store_terms(bf16* hi, bf16* lo, float4 x) {
   }
 }
 
-// acc += A B on the tensor cores, A and B given as BF16 terms (SPLIT: hi/lo pairs, whose product
-// is taken as a_lo b_hi + a_hi b_lo + a_hi b_hi, the small terms first; the missing a_lo b_lo and
-// the split's remainders are ~2^-16 relative).
-template <bool SPLIT, typename BLayout>
-__device__ __forceinline__ void mma_terms(
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc,
-    const wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>* a,
-    const bf16* b_hi, const bf16* b_lo, int ldb) {
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BLayout> bh;
-  wmma::load_matrix_sync(bh, b_hi, ldb);
-  if constexpr (SPLIT) {
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BLayout> bl;
-    wmma::load_matrix_sync(bl, b_lo, ldb);
-    wmma::mma_sync(acc, a[1], bh, acc);
-    wmma::mma_sync(acc, a[0], bl, acc);
-  }
-  wmma::mma_sync(acc, a[0], bh, acc);
+// Four 8x8 BF16 matrices from shared memory (lane l gives the address of row l % 8 of matrix
+// l / 8); TRANS delivers each transposed.
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  if constexpr (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// grid: (ceil(max new rows / kBr), n_seqs, n_heads); block: kWarps warps; dynamic smem:
-// Layout<HD, SPLIT>::bytes. Tiles past a sequence's new rows exit.
+// d += a b for a 16x16 (row-major) and b 16x8 (column-major) BF16 fragment, F32 accumulate.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a b over the terms: with SPLIT, a_lo b_hi + a_hi b_lo + a_hi b_hi (the small terms first;
+// the missing a_lo b_lo and the split's remainders are ~2^-16 relative).
+template <bool SPLIT>
+__device__ __forceinline__ void mma_terms(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                          uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+  if constexpr (SPLIT) {
+    mma16816(d, a_lo, bh0, bh1);
+    mma16816(d, a_hi, bl0, bl1);
+  }
+  mma16816(d, a_hi, bh0, bh1);
+}
+
+// Splits p into BF16 hi (and with SPLIT lo = bf16(p - hi)) packed pairs; returns hi + lo of both.
+template <bool SPLIT>
+__device__ __forceinline__ float split_pair(float p0, float p1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  const float2 fh = __bfloat1622float2(h);
+  float used = fh.x + fh.y;
+  if constexpr (SPLIT) {
+    const __nv_bfloat162 l = __floats2bfloat162_rn(p0 - fh.x, p1 - fh.y);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+    const float2 fl = __bfloat1622float2(l);
+    used += fl.x + fl.y;
+  } else {
+    lo = 0;
+  }
+  return used;
+}
+
+struct PrefillArgs {
+  float* part_o;   // [slots, T, n_heads, HD] unnormalized outputs
+  float* part_ml;  // [slots, T, n_heads, 2] running max (log2 domain) and sum; sum 0: no keys
+  const float* q;  // [T, n_heads * HD]
+  const float* kc;
+  const float* vc;  // [cache rows, n_kv * HD]
+  const int32_t* positions;
+  const SeqStep* seqs;
+  const int32_t* block_tables;
+  int block_size, n_heads, group, n_slots, slot0;
+  int64_t T;
+  float scale_log2;  // scale * log2(e)
+  int window;
+};
+
+// grid: (token tiles, n_seqs, n_kv * n_slots); block: kWarps warps; dynamic smem Layout::bytes.
 template <int HD, bool SPLIT>
-__global__ void __launch_bounds__(kWarps * 32)
-    flash_prefill_kernel(float* __restrict__ out,                                        // [T, n_heads * HD]
-                         const float* __restrict__ q,                                    // [T, n_heads * HD]
-                         const float* __restrict__ kc, const float* __restrict__ vc,     // [cache rows, n_kv * HD]
-                         const int32_t* __restrict__ positions,                          // [T]
-                         const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
-                         int block_size, int n_heads, int group, float scale, int window) {
+__global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm) flash_prefill_kernel(const PrefillArgs a) {
   using L = Layout<HD, SPLIT>;
-  constexpr int kBc = L::bc, kT = L::terms;
-  constexpr int kKeysPerLane = kBc / 32;
+  constexpr int kBc = L::bc, kLd = L::ld, kT = L::terms;
   extern __shared__ __align__(128) unsigned char smem[];
-  // term t of each operand at base + t * term bytes (t = 0: hi, 1: lo)
-  auto qs = [&](int t) { return reinterpret_cast<bf16*>(smem + L::q + t * L::q_term); };
-  auto ks = [&](int t) { return reinterpret_cast<bf16*>(smem + L::k + t * L::kv_term); };
-  auto vs = [&](int t) { return reinterpret_cast<bf16*>(smem + L::v + t * L::kv_term); };
-  auto ps = [&](int t) { return reinterpret_cast<bf16*>(smem + L::p + t * L::p_term); };
-  float* ss = reinterpret_cast<float*>(smem + L::s);
-  float* os = reinterpret_cast<float*>(smem + L::o);
-  float* ms = reinterpret_cast<float*>(smem + L::m);
-  float* ls = reinterpret_cast<float*>(smem + L::l);
-  int* rpos = reinterpret_cast<int*>(smem + L::pos);  // row positions, -1 past the sequence's rows
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::q);  // term t at + t * kRows * kLd
+  bf16* ks = reinterpret_cast<bf16*>(smem + L::k);  // term t at + t * kBc * kLd
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::v);
+  int* rpos = reinterpret_cast<int*>(smem + L::pos);  // row positions, -1 for rows past the tile's
 
-  const SeqStep s = seqs[blockIdx.y];
-  const int t0 = int(blockIdx.x) * kBr;
+  const SeqStep s = a.seqs[blockIdx.y];
+  const int G = a.group, tpt = kRows / G;  // heads per KV head, tokens per tile
+  const int t0 = int(blockIdx.x) * tpt;
   if (t0 >= s.n_tokens) return;
-  const int rows = min(kBr, s.n_tokens - t0);
-  const int h = blockIdx.z, kvh = h / group;
+  const int n_rows = min(tpt, s.n_tokens - t0) * G;
+  const int kvh = int(blockIdx.z) / a.n_slots, zl = int(blockIdx.z) % a.n_slots;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t q_width = int64_t(n_heads) * HD, kv_width = int64_t(n_heads / group) * HD;
-  const int64_t r0 = int64_t(s.row_begin) + t0;
+  const int64_t q_width = int64_t(a.n_heads) * HD, kv_width = int64_t(a.n_heads / G) * HD;
+  const int64_t r0 = int64_t(s.row_begin) + t0;  // the tile's first step row
 
+  for (int r = tid; r < kRows; r += kWarps * 32) rpos[r] = r < n_rows ? a.positions[r0 + r / G] : -1;
   constexpr int kVec = HD / 4;  // float4s per row
-  for (int i = tid; i < kBr * kVec; i += blockDim.x) {
+  for (int i = tid; i < kRows * kVec; i += kWarps * 32) {
     const int r = i / kVec, c = (i % kVec) * 4;
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows) x = *reinterpret_cast<const float4*>(q + (r0 + r) * q_width + int64_t(h) * HD + c);
-    store_terms<SPLIT>(qs(0) + r * L::ldh + c, qs(kT - 1) + r * L::ldh + c, x);
-  }
-  for (int i = tid; i < kBr * L::ldo; i += blockDim.x) os[i] = 0.0f;
-  for (int r = tid; r < kBr; r += blockDim.x) {
-    rpos[r] = r < rows ? positions[r0 + r] : -1;
-    ms[r] = -INFINITY;
-    ls[r] = 0.0f;
+    if (r < n_rows)
+      x = *reinterpret_cast<const float4*>(a.q + (r0 + r / G) * q_width + int64_t(kvh * G + r % G) * HD + c);
+    store_terms<SPLIT>(qs + r * kLd + c, qs + (kT - 1) * kRows * kLd + r * kLd + c, x);
   }
   __syncthreads();
-  // The tile's key range, and each warp's own (to skip key tiles that mask all of its rows).
+
+  // The tile's key range and each warp's (to skip key tiles that mask all of its rows).
   int lo = INT32_MAX, hi = -1, wlo = INT32_MAX, whi = -1;
-  for (int r = 0; r < rows; ++r) {
-    const int pos = rpos[r], f = first_key_of(pos, window);
+  for (int r = 0; r < n_rows; ++r) {
+    const int pos = rpos[r], f = first_key_of(pos, a.window);
     lo = min(lo, f);
     hi = max(hi, pos);
     if (r / 16 == warp) {
@@ -166,119 +201,190 @@ __global__ void __launch_bounds__(kWarps * 32)
       whi = max(whi, pos);
     }
   }
-  const int wrow = warp * 16;  // this warp's first row in the tile
+  // This block's segment, and where its rows' partials go.
+  const int seg_begin = (lo / kSegKeys + a.slot0 + zl) * kSegKeys, seg_last = seg_begin + kSegKeys - 1;
+  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates: row g (and g + 8), column pair 2t
+  const int wrow = warp * 16;
+  int row_pos[2], row_first[2];
+  for (int i = 0; i < 2; ++i) {
+    row_pos[i] = rpos[wrow + g + 8 * i];
+    row_first[i] = row_pos[i] >= 0 ? first_key_of(row_pos[i], a.window) : INT32_MAX;
+  }
+  auto partial_index = [&](int r) {  // (slot, step row, head) of packed row r
+    return (int64_t(zl) * a.T + r0 + r / G) * a.n_heads + kvh * G + r % G;
+  };
 
-  for (int jt = (lo / kBc) * kBc; jt <= hi; jt += kBc) {
+  float o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int k_first = max(lo, seg_begin), k_last = min(hi, seg_last);
+  for (int jt = k_first <= k_last ? (k_first / kBc) * kBc : INT32_MAX; jt <= k_last; jt += kBc) {
     __syncthreads();  // every warp is done with the previous K, V tiles
-    for (int i = tid; i < kBc * kVec; i += blockDim.x) {
+#pragma unroll 8
+    for (int i = tid; i < kBc * kVec; i += kWarps * 32) {
       const int r = i / kVec, c = (i % kVec) * 4;
       const int j = jt + r;
       float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
-      if (j >= lo && j <= hi) {  // outside: zeros (never read a position no row attends)
-        const int64_t row = int64_t(block_tables[s.table_begin + j / block_size]) * block_size + j % block_size;
+      if (j >= k_first && j <= k_last) {  // outside: zeros (never read a position no row attends)
+        const int64_t row = int64_t(a.block_tables[s.table_begin + j / a.block_size]) * a.block_size + j % a.block_size;
         const int64_t off = row * kv_width + int64_t(kvh) * HD + c;
-        kx = *reinterpret_cast<const float4*>(kc + off);
-        vx = *reinterpret_cast<const float4*>(vc + off);
+        kx = *reinterpret_cast<const float4*>(a.kc + off);
+        vx = *reinterpret_cast<const float4*>(a.vc + off);
       }
-      store_terms<SPLIT>(ks(0) + r * L::ldh + c, ks(kT - 1) + r * L::ldh + c, kx);
-      store_terms<SPLIT>(vs(0) + r * L::ldh + c, vs(kT - 1) + r * L::ldh + c, vx);
+      store_terms<SPLIT>(ks + r * kLd + c, ks + (kT - 1) * kBc * kLd + r * kLd + c, kx);
+      store_terms<SPLIT>(vs + r * kLd + c, vs + (kT - 1) * kBc * kLd + r * kLd + c, vx);
     }
     __syncthreads();
     if (whi < jt || wlo > jt + kBc - 1) continue;  // every row of this warp masks the whole tile
 
-    // S = Q K^T for the warp's 16 rows x kBc keys
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[kBc / 16];
+    // S = Q K^T: the warp's 16 rows x kBc keys, n-tile n holds keys jt + 8n ...
+    float sc[kBc / 8][4];
 #pragma unroll
-    for (int n = 0; n < kBc / 16; ++n) wmma::fill_fragment(sf[n], 0.0f);
-#pragma unroll 4
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> af[kT];
-#pragma unroll
-      for (int t = 0; t < kT; ++t) wmma::load_matrix_sync(af[t], qs(t) + wrow * L::ldh + kk * 16, L::ldh);
-#pragma unroll
-      for (int n = 0; n < kBc / 16; ++n)
-        mma_terms<SPLIT, wmma::col_major>(sf[n], af, ks(0) + n * 16 * L::ldh + kk * 16,
-                                          ks(kT - 1) + n * 16 * L::ldh + kk * 16, L::ldh);
-    }
-#pragma unroll
-    for (int n = 0; n < kBc / 16; ++n)
-      wmma::store_matrix_sync(ss + wrow * L::lds + n * 16, sf[n], L::lds, wmma::mem_row_major);
-    __syncwarp();
-
-    // Online softmax per row: lane owns keys jt + lane (+ 32).
-    for (int rr = 0; rr < 16; ++rr) {
-      const int row = wrow + rr, pos = rpos[row];
-      const int f = pos >= 0 ? first_key_of(pos, window) : 0;
-      float x[kKeysPerLane];
-      bool ok[kKeysPerLane];
-      float xmax = -INFINITY;
-#pragma unroll
-      for (int u = 0; u < kKeysPerLane; ++u) {
-        const int j = jt + lane + 32 * u;
-        ok[u] = pos >= 0 && j <= pos && j >= f;
-        x[u] = ok[u] ? ss[row * L::lds + lane + 32 * u] * scale : -INFINITY;
-        xmax = fmaxf(xmax, x[u]);
-      }
-      const float m_old = ms[row];
-      const float m_new = fmaxf(m_old, warp_max(xmax));
-      // corr is exactly 1 when nothing changes (a fully masked tile leaves the row bit-identical)
-      const float corr = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
-      float used = 0.0f;  // the weights P V uses (hi + lo), so the normalization matches them
-#pragma unroll
-      for (int u = 0; u < kKeysPerLane; ++u) {
-        const float pw = ok[u] ? expf(x[u] - m_new) : 0.0f;
-        const bf16 ph = __float2bfloat16_rn(pw);
-        ps(0)[row * L::ldp + lane + 32 * u] = ph;
-        float term = __bfloat162float(ph);
-        if constexpr (SPLIT) {
-          const bf16 pl = __float2bfloat16_rn(pw - term);
-          ps(1)[row * L::ldp + lane + 32 * u] = pl;
-          term += __bfloat162float(pl);
-        }
-        used += term;
-      }
-      const float sum = warp_sum(used);
-      if (corr != 1.0f)
-        for (int d = lane; d < HD; d += 32) os[row * L::ldo + d] *= corr;
-      __syncwarp();  // every lane has read ms[row] before lane 0 replaces it (racecheck)
-      if (lane == 0) {
-        ms[row] = m_new;
-        ls[row] = ls[row] * corr + sum;
-      }
-    }
-    __syncwarp();
-
-    // O += P V for the warp's 16 rows
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> pf[kBc / 16][kT];
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
-#pragma unroll
-      for (int t = 0; t < kT; ++t) wmma::load_matrix_sync(pf[kk][t], ps(t) + wrow * L::ldp + kk * 16, L::ldp);
+    for (int n = 0; n < kBc / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll 2
-    for (int n = 0; n < HD / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
-      wmma::load_matrix_sync(of, os + wrow * L::ldo + n * 16, L::ldo, wmma::mem_row_major);
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t qa[kT][4];
+      const int qoff = (wrow + (lane & 15)) * kLd + kk * 16 + (lane >> 4) * 8;
 #pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk)
-        mma_terms<SPLIT, wmma::row_major>(of, pf[kk], vs(0) + kk * 16 * L::ldh + n * 16,
-                                          vs(kT - 1) + kk * 16 * L::ldh + n * 16, L::ldh);
-      wmma::store_matrix_sync(os + wrow * L::ldo + n * 16, of, L::ldo, wmma::mem_row_major);
+      for (int tt = 0; tt < kT; ++tt) ldsm_x4<false>(qa[tt], qs + tt * kRows * kLd + qoff);
+#pragma unroll
+      for (int np = 0; np < kBc / 16; ++np) {
+        const int koff = (np * 16 + (lane & 7) + (lane >> 4) * 8) * kLd + kk * 16 + ((lane >> 3) & 1) * 8;
+        uint32_t kh[4], kl[4];
+        ldsm_x4<false>(kh, ks + koff);
+        if constexpr (SPLIT) ldsm_x4<false>(kl, ks + kBc * kLd + koff);
+        else kl[0] = kl[1] = kl[2] = kl[3] = 0;
+        mma_terms<SPLIT>(sc[2 * np], qa[0], qa[kT - 1], kh[0], kh[1], kl[0], kl[1]);
+        mma_terms<SPLIT>(sc[2 * np + 1], qa[0], qa[kT - 1], kh[2], kh[3], kl[2], kl[3]);
+      }
     }
-    __syncwarp();
+
+    // Online softmax for rows g (i = 0) and g + 8 (i = 1); a quad of lanes shares a row.
+    float corr[2], used[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = jt + 8 * n + 2 * t + e;
+          const bool ok = j >= row_first[i] && j <= row_pos[i];
+          const float x = ok ? sc[n][2 * i + e] * a.scale_log2 : -INFINITY;
+          sc[n][2 * i + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[i], mx);
+      // exactly 1 when the max holds (a fully masked tile leaves the row bit-identical)
+      corr[i] = m_new == -INFINITY ? 1.0f : exp2f(m[i] - m_new);
+      m[i] = m_new;
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = sc[n][2 * i + e];
+          sc[n][2 * i + e] = x == -INFINITY ? 0.0f : exp2f(x - m_new);
+        }
+    }
+    // P as A fragments (the accumulator layout of two n-tiles is the A layout of one k-step).
+    uint32_t ph[kBc / 16][4], pl[kBc / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk) {
+      used[0] += split_pair<SPLIT>(sc[2 * kk][0], sc[2 * kk][1], ph[kk][0], pl[kk][0]);
+      used[1] += split_pair<SPLIT>(sc[2 * kk][2], sc[2 * kk][3], ph[kk][1], pl[kk][1]);
+      used[0] += split_pair<SPLIT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1], ph[kk][2], pl[kk][2]);
+      used[1] += split_pair<SPLIT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3], ph[kk][3], pl[kk][3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) l[i] = l[i] * corr[i] + used[i];  // this lane's share of the row sum
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+    }
+
+    // O += P V: d-tile n holds output columns 8n ...
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < HD / 16; ++dp) {
+        const int voff = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + dp * 16 + (lane >> 4) * 8;
+        uint32_t vh[4], vl[4];
+        ldsm_x4<true>(vh, vs + voff);
+        if constexpr (SPLIT) ldsm_x4<true>(vl, vs + kBc * kLd + voff);
+        else vl[0] = vl[1] = vl[2] = vl[3] = 0;
+        mma_terms<SPLIT>(o[2 * dp], ph[kk], pl[kk], vh[0], vh[1], vl[0], vl[1]);
+        mma_terms<SPLIT>(o[2 * dp + 1], ph[kk], pl[kk], vh[2], vh[3], vl[2], vl[3]);
+      }
+    }
   }
-  __syncwarp();
-  for (int rr = 0; rr < 16; ++rr) {
-    const int row = wrow + rr;
-    if (rpos[row] < 0) continue;
-    const float inv = 1.0f / ls[row];
-    float* o = out + (r0 + row) * q_width + int64_t(h) * HD;
-    for (int d = lane; d < HD; d += 32) o[d] = os[row * L::ldo + d] * inv;
+
+  // The quad's shares of each row sum, then the partials of the warp's valid rows.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = wrow + g + 8 * i;
+    if (row_pos[i] < 0) continue;
+    const int64_t pi = partial_index(r);
+    if (t == 0) reinterpret_cast<float2*>(a.part_ml)[pi] = make_float2(m[i], l[i]);
+    if (l[i] == 0.0f) continue;  // no keys of this row in the segment: the fold skips it
+    float* po = a.part_o + pi * HD;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n)
+      *reinterpret_cast<float2*>(po + 8 * n + 2 * t) = make_float2(o[n][2 * i], o[n][2 * i + 1]);
+  }
+}
+
+// Folds slots [0, n_slots) of each (row, head) into the running state (max M and sum L in
+// state_ml, unnormalized O in out) in slot order, skipping empty ones; `first` starts the state,
+// `last` normalizes into out. The fold's arithmetic is the same however the slots are split over
+// launches. grid: (T, n_heads); block: 64 threads.
+__global__ void fold_kernel(float* __restrict__ out, float* __restrict__ state_ml, const float* __restrict__ part_o,
+                            const float* __restrict__ part_ml, int64_t T, int n_heads, int hd, int n_slots,
+                            bool first, bool last) {
+  const int64_t rh = int64_t(blockIdx.x) * n_heads + blockIdx.y;
+  float* o = out + rh * hd;
+  float M = first ? -INFINITY : state_ml[2 * rh], Lsum = first ? 0.0f : state_ml[2 * rh + 1];
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = first ? 0.0f : o[d], m_run = M;
+    for (int z = 0; z < n_slots; ++z) {
+      const float2 ml = reinterpret_cast<const float2*>(part_ml)[int64_t(z) * T * n_heads + rh];
+      if (ml.y == 0.0f) continue;
+      const float m_new = fmaxf(m_run, ml.x);
+      acc = acc * exp2f(m_run - m_new) + part_o[(int64_t(z) * T * n_heads + rh) * hd + d] * exp2f(ml.x - m_new);
+      m_run = m_new;
+    }
+    o[d] = acc;
+  }
+  for (int z = 0; z < n_slots; ++z) {
+    const float2 ml = reinterpret_cast<const float2*>(part_ml)[int64_t(z) * T * n_heads + rh];
+    if (ml.y == 0.0f) continue;
+    const float m_new = fmaxf(M, ml.x);
+    Lsum = Lsum * exp2f(M - m_new) + ml.y * exp2f(ml.x - m_new);
+    M = m_new;
+  }
+  if (last) {  // each thread normalizes the columns it folded
+    const float inv = 1.0f / Lsum;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] *= inv;
+  } else if (threadIdx.x == 0) {
+    state_ml[2 * rh] = M;
+    state_ml[2 * rh + 1] = Lsum;
   }
 }
 
 template <int HD, bool SPLIT>
-void launch_flash_prefill(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                          const AttentionParams& p, const StepPlan& plan, int32_t max_rows) {
+void launch_for(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+                const AttentionParams& p, const StepPlan& plan) {
   constexpr size_t smem = Layout<HD, SPLIT>::bytes;
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -286,26 +392,68 @@ void launch_flash_prefill(const Context& ctx, const Tensor& out, const Tensor& q
     return true;
   }();
   (void)configured;
-  dim3 grid(unsigned(ceil_div(max_rows, kBr)), unsigned(plan.seqs.size()), unsigned(p.n_heads));
-  flash_prefill_kernel<HD, SPLIT><<<grid, kWarps * 32, smem, ctx.stream>>>(
-      out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.seqs, ctx.step.block_tables,
-      ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.scale, p.window);
-  CUDA_CHECK_LAUNCH();
+  const int G = p.n_heads / p.n_kv_heads, n_kv = p.n_kv_heads;
+  const int64_t T = plan.n_rows();
+  // Token tiles and segment slots: a tile's keys lie within its sequence's [first key of its
+  // smallest position, largest position], so that range's segment count bounds every tile's.
+  int32_t max_tokens = 0, n_slots = 1;
+  for (const SeqStep& s : plan.seqs) {
+    max_tokens = std::max(max_tokens, s.n_tokens);
+    int32_t lo_pos = INT32_MAX, hi_pos = -1;
+    for (int32_t r = s.row_begin; r < s.row_begin + s.n_tokens; ++r) {
+      lo_pos = std::min(lo_pos, plan.positions[size_t(r)]);
+      hi_pos = std::max(hi_pos, plan.positions[size_t(r)]);
+    }
+    const int32_t first = (p.window > 0 && lo_pos - p.window + 1 > 0) ? lo_pos - p.window + 1 : 0;
+    n_slots = std::max(n_slots, hi_pos / kSegKeys - first / kSegKeys + 1);
+  }
+  // Slots per launch: the partial results of one launch within kPartialBudget (at least one
+  // slot), and KV heads x slots within the grid's z limit.
+  const size_t slot_bytes = size_t(T) * size_t(p.n_heads) * size_t(HD + 2) * sizeof(float);
+  int per_launch = int(std::clamp<size_t>(g_partial_budget.load() / slot_bytes, 1, size_t(n_slots)));
+  per_launch = std::max(1, std::min(per_launch, 65535 / n_kv));
+  const size_t o_floats = size_t(per_launch) * size_t(T) * size_t(p.n_heads) * HD;
+  const size_t ml_floats = size_t(per_launch) * size_t(T) * size_t(p.n_heads) * 2;
+  const size_t state_floats = n_slots > per_launch ? size_t(T) * size_t(p.n_heads) * 2 : 0;
+  float* base = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, (o_floats + ml_floats + state_floats) * sizeof(float)));
+  PrefillArgs a{.part_o = base,
+                .part_ml = base + o_floats,
+                .q = q.f32(),
+                .kc = cache.k.f32(),
+                .vc = cache.v.f32(),
+                .positions = ctx.step.positions,
+                .seqs = ctx.step.seqs,
+                .block_tables = ctx.step.block_tables,
+                .block_size = ctx.step.block_size,
+                .n_heads = p.n_heads,
+                .group = G,
+                .n_slots = 0,
+                .slot0 = 0,
+                .T = T,
+                .scale_log2 = p.scale * kLog2e,
+                .window = p.window};
+  float* state = base + o_floats + ml_floats;
+  for (int slot0 = 0; slot0 < n_slots; slot0 += per_launch) {
+    a.slot0 = slot0;
+    a.n_slots = std::min(per_launch, n_slots - slot0);
+    dim3 grid(unsigned(ceil_div(max_tokens, kRows / G)), unsigned(plan.seqs.size()), unsigned(n_kv * a.n_slots));
+    flash_prefill_kernel<HD, SPLIT><<<grid, kWarps * 32, smem, ctx.stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+    fold_kernel<<<dim3(unsigned(T), unsigned(p.n_heads)), 64, 0, ctx.stream>>>(
+        out.f32(), state, a.part_o, a.part_ml, T, p.n_heads, HD, a.n_slots, slot0 == 0, slot0 + a.n_slots >= n_slots);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 template <bool SPLIT>
 void launch_for_head_dim(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                         const AttentionParams& p, const StepPlan& plan, int32_t max_rows) {
+                         const AttentionParams& p, const StepPlan& plan) {
   switch (p.head_dim) {
-    case 64: launch_flash_prefill<64, SPLIT>(ctx, out, q, cache, p, plan, max_rows); break;
-    case 128: launch_flash_prefill<128, SPLIT>(ctx, out, q, cache, p, plan, max_rows); break;
-    default: launch_flash_prefill<256, SPLIT>(ctx, out, q, cache, p, plan, max_rows); break;
+    case 64: launch_for<64, SPLIT>(ctx, out, q, cache, p, plan); break;
+    case 128: launch_for<128, SPLIT>(ctx, out, q, cache, p, plan); break;
+    default: launch_for<256, SPLIT>(ctx, out, q, cache, p, plan); break;
   }
 }
-
-}  // namespace
-
-namespace {
 
 // -1: KESTREL_CUDA_TILED_ATTENTION unset, 0: off, 1: on.
 int tiled_attention_env() {
@@ -335,23 +483,24 @@ bool attention_prefill_applies(const Context& ctx, const Tensor& q, const KvLaye
   const bool enabled = forced >= 0 ? forced == 1 : ctx.matmul_precision != MatmulPrecision::kExact;
   if (!enabled || ctx.deterministic) return false;  // deterministic mode keeps the split-KV kernels
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return false;
-  if (plan.seqs.size() > 65535 || p.n_heads > 65535) return false;
+  if (p.n_heads / p.n_kv_heads > kRows) return false;  // a GQA group must fit one tile's rows
+  if (plan.seqs.size() > 65535 || p.n_kv_heads > 65535) return false;
   if (!aligned16(q.data) || !aligned16(cache.k.data) || !aligned16(cache.v.data)) return false;
   int32_t max_rows = 0;
   for (const SeqStep& s : plan.seqs) max_rows = std::max(max_rows, s.n_tokens);
   return max_rows >= kMinRows;
 }
 
+void set_attention_prefill_partial_budget(size_t bytes) { g_partial_budget = bytes ? bytes : kPartialBudget; }
+
 void attention_prefill(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                        const AttentionParams& p, const StepPlan& plan) {
   KCHECK_MSG(attention_prefill_applies(ctx, q, cache, p, plan),
              "attention_prefill: this step (head_dim ", p.head_dim, ") is not one the tiled kernel takes");
-  int32_t max_rows = 0;
-  for (const SeqStep& s : plan.seqs) max_rows = std::max(max_rows, s.n_tokens);
   if (split_terms(ctx))
-    launch_for_head_dim<true>(ctx, out, q, cache, p, plan, max_rows);
+    launch_for_head_dim<true>(ctx, out, q, cache, p, plan);
   else
-    launch_for_head_dim<false>(ctx, out, q, cache, p, plan, max_rows);
+    launch_for_head_dim<false>(ctx, out, q, cache, p, plan);
 }
 
 }  // namespace kestrel::cuda

@@ -2,6 +2,8 @@
 // attention.cu on its write-first paged path when a step holds a long prefill chunk.
 #pragma once
 
+#include <cstddef>
+
 #include "backend/cuda/context.h"
 
 namespace kestrel::cuda {
@@ -17,5 +19,10 @@ bool attention_prefill_applies(const Context& ctx, const Tensor& q, const KvLaye
 // paged cache, which must already hold the step's k/v. Refuses steps attention_prefill_applies rejects.
 void attention_prefill(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                        const AttentionParams& p, const StepPlan& plan);
+
+// For tests: the scratch bytes one launch's partial results may take (default 256 MiB; at least
+// one key segment's per launch whatever it is set to); 0 restores the default. A row's results do
+// not depend on it (the fold runs in the same order over any split of launches).
+void set_attention_prefill_partial_budget(size_t bytes);
 
 }  // namespace kestrel::cuda

@@ -164,8 +164,9 @@ TEST_P(AttentionPrefill, ChunkInvariance) {
 
 // Past 2048 keys a row's keys span two segments of the absolute key grid (kSegKeys), computed
 // by different blocks and folded: pieces that straddle the boundary, start past it or end
-// before it give the same rows as one 2240-token step, which itself matches a run whose fold
-// is spread over one launch per segment (the partial-results budget cut to nothing).
+// before it give the same rows as one 2240-token step, which itself matches runs whose fold is
+// spread over one launch per segment and whose sequences get a launch each (the partial-results
+// and BF16-copy budgets cut to nothing).
 TEST_P(AttentionPrefill, ChunkInvarianceAcrossSegments) {
   for (int window : {0, 1500}) {
     auto run = [&](const std::vector<int>& cuts, int with_other) {
@@ -175,10 +176,12 @@ TEST_P(AttentionPrefill, ChunkInvarianceAcrossSegments) {
     EXPECT_TRUE(whole == run({1984, 2112}, -1)) << "window " << window << ": split at 1984, 2112";
     EXPECT_TRUE(whole == run({2000}, 2000)) << "window " << window << ": split at 2000, batched";
     EXPECT_TRUE(whole == run({1000, 2048}, 1000)) << "window " << window << ": split at 1000, 2048, batched";
-    cuda::set_attention_prefill_partial_budget(1);
+    cuda::set_attention_prefill_budgets(1, 1);
     const std::vector<float> per_segment = run({}, -1);
-    cuda::set_attention_prefill_partial_budget(0);
+    const std::vector<float> per_sequence = run({2000}, 2000);
+    cuda::set_attention_prefill_budgets(0, 0);
     EXPECT_TRUE(whole == per_segment) << "window " << window << ": one launch per segment";
+    EXPECT_TRUE(whole == per_sequence) << "window " << window << ": one launch per segment and sequence, batched";
   }
 }
 

@@ -51,28 +51,33 @@ constexpr int kMinRows = 64;       // a step takes this kernel when one of its s
 constexpr int kSegKeys = 2048;     // key positions per segment (absolute grid)
 constexpr size_t kPartialBudget = size_t(256) << 20;  // scratch bytes for one launch's partial results
 std::atomic<size_t> g_partial_budget{kPartialBudget};  // set_attention_prefill_partial_budget
+constexpr size_t kCopyBudget = size_t(1) << 30;  // BF16 copy of one group of sequences' keys
+std::atomic<size_t> g_copy_budget{kCopyBudget};        // set_attention_prefill_budgets
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory for head size HD, each BF16 operand once (SPLIT false) or as a hi/lo pair. Row
 // stride HD + 8 elements: 16 bytes past a multiple of 128, so ldmatrix's 8 row reads hit distinct
 // banks.
+// K and V tiles are double-buffered (stage st at k + st * stage): the next tile's copy runs
+// during the current tile's products.
 template <int HD, bool SPLIT>
 struct Layout {
-  static constexpr int bc = (SPLIT && HD == 256) ? 32 : 64;  // keys per key tile
+  static constexpr int bc = (SPLIT || HD == 256) ? 32 : 64;  // keys per key tile
   static constexpr int terms = SPLIT ? 2 : 1;
   static constexpr int ld = HD + 8;
   static constexpr size_t q_term = size_t(kRows) * ld * sizeof(bf16);
   static constexpr size_t kv_term = size_t(bc) * ld * sizeof(bf16);
   static constexpr size_t q = 0;
-  static constexpr size_t k = q + terms * q_term;
-  static constexpr size_t v = k + terms * kv_term;
-  static constexpr size_t pos = v + terms * kv_term;
+  static constexpr size_t k = q + terms * q_term;  // stage 0: K terms, then V terms
+  static constexpr size_t stage = 2 * terms * kv_term;
+  static constexpr size_t pos = k + 2 * stage;
   static constexpr size_t bytes = pos + kRows * sizeof(int);
-  // blocks an SM holds (the register budget follows): split head_dim 256 needs 132 KB
+  // blocks an SM holds (the register budget follows): split head_dim 256 needs 198 KB
   static constexpr int blocks_per_sm = bytes <= 113 * 1024 ? 2 : 1;
 };
 static_assert(Layout<256, true>::bytes <= 227 * 1024, "split head_dim 256 must fit one SM's shared memory");
 static_assert(Layout<256, false>::bytes <= 113 * 1024, "head_dim 256 should leave room for two blocks an SM");
+static_assert(Layout<128, true>::bytes <= 113 * 1024, "split head_dim 128 should leave room for two blocks an SM");
 static_assert(kSegKeys % 64 == 0, "segments hold whole key tiles");
 
 __device__ __forceinline__ int first_key_of(int pos, int window) {
@@ -92,6 +97,15 @@ __device__ __forceinline__ void store_terms(bf16* hi, bf16* lo, float4 x) {
     reinterpret_cast<__nv_bfloat162*>(lo)[1] = __floats2bfloat162_rn(x.z - fb.x, x.w - fb.y);
   }
 }
+
+// 16 bytes global -> shared, asynchronously; `valid` false writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Four 8x8 BF16 matrices from shared memory (lane l gives the address of row l % 8 of matrix
 // l / 8); TRANS delivers each transposed.
@@ -143,16 +157,55 @@ __device__ __forceinline__ float split_pair(float p0, float p1, uint32_t& hi, ui
   return used;
 }
 
+// Where a sequence's attended keys [first, first + n) sit in the BF16 copy: row base + (key - first).
+struct KeyRange {
+  int64_t base;
+  int32_t first, n;
+};
+
+// The BF16 copy of the keys and values a group of sequences attends, as planes [term][K, V][n_kv]
+// [keys][HD]: plane (t, w) at kv + ((t * 2 + w) * n_kv) * keys * HD.
+struct KvCopy {
+  bf16* kv;
+  const KeyRange* ranges;  // [the group's sequences]
+  int64_t keys;            // rows per plane
+  int n_kv;
+  __device__ __forceinline__ bf16* row(int t, int w, int kvh, int64_t r, int hd) const {
+    return kv + ((int64_t(t * 2 + w) * n_kv + kvh) * keys + r) * hd;
+  }
+};
+
+// grid: (ceil(max keys / 8), the group's sequences); block: 256. Converts 8 keys of a sequence's
+// range (every KV head) from the paged F32 cache into the copy's BF16 terms.
+template <bool SPLIT>
+__global__ void kv_copy_kernel(KvCopy c, const float* __restrict__ kc, const float* __restrict__ vc,
+                               const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
+                               int block_size, int hd) {
+  const KeyRange rg = c.ranges[blockIdx.y];
+  const SeqStep s = seqs[blockIdx.y];
+  const int width = c.n_kv * hd, vec = width / 4;
+  for (int i = threadIdx.x; i < 8 * vec; i += blockDim.x) {
+    const int kr = int(blockIdx.x) * 8 + i / vec;
+    if (kr >= rg.n) break;
+    const int col = (i % vec) * 4, kvh = col / hd, d = col % hd;
+    const int j = rg.first + kr;
+    const int64_t cache_row = int64_t(block_tables[s.table_begin + j / block_size]) * block_size + j % block_size;
+    const float4 kx = *reinterpret_cast<const float4*>(kc + cache_row * width + col);
+    const float4 vx = *reinterpret_cast<const float4*>(vc + cache_row * width + col);
+    const int64_t r = rg.base + kr;
+    store_terms<SPLIT>(c.row(0, 0, kvh, r, hd) + d, SPLIT ? c.row(1, 0, kvh, r, hd) + d : nullptr, kx);
+    store_terms<SPLIT>(c.row(0, 1, kvh, r, hd) + d, SPLIT ? c.row(1, 1, kvh, r, hd) + d : nullptr, vx);
+  }
+}
+
 struct PrefillArgs {
   float* part_o;   // [slots, T, n_heads, HD] unnormalized outputs
   float* part_ml;  // [slots, T, n_heads, 2] running max (log2 domain) and sum; sum 0: no keys
   const float* q;  // [T, n_heads * HD]
-  const float* kc;
-  const float* vc;  // [cache rows, n_kv * HD]
+  KvCopy kv;
   const int32_t* positions;
-  const SeqStep* seqs;
-  const int32_t* block_tables;
-  int block_size, n_heads, group, n_slots, slot0;
+  const SeqStep* seqs;  // the group's first sequence
+  int n_heads, group, n_slots, slot0;
   int64_t T;
   float scale_log2;  // scale * log2(e)
   int window;
@@ -165,8 +218,6 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
   constexpr int kBc = L::bc, kLd = L::ld, kT = L::terms;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem + L::q);  // term t at + t * kRows * kLd
-  bf16* ks = reinterpret_cast<bf16*>(smem + L::k);  // term t at + t * kBc * kLd
-  bf16* vs = reinterpret_cast<bf16*>(smem + L::v);
   int* rpos = reinterpret_cast<int*>(smem + L::pos);  // row positions, -1 for rows past the tile's
 
   const SeqStep s = a.seqs[blockIdx.y];
@@ -176,7 +227,8 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
   const int n_rows = min(tpt, s.n_tokens - t0) * G;
   const int kvh = int(blockIdx.z) / a.n_slots, zl = int(blockIdx.z) % a.n_slots;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t q_width = int64_t(a.n_heads) * HD, kv_width = int64_t(a.n_heads / G) * HD;
+  const int64_t q_width = int64_t(a.n_heads) * HD;
+  const KeyRange range = a.kv.ranges[blockIdx.y];
   const int64_t r0 = int64_t(s.row_begin) + t0;  // the tile's first step row
 
   for (int r = tid; r < kRows; r += kWarps * 32) rpos[r] = r < n_rows ? a.positions[r0 + r / G] : -1;
@@ -220,24 +272,44 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int k_first = max(lo, seg_begin), k_last = min(hi, seg_last);
-  for (int jt = k_first <= k_last ? (k_first / kBc) * kBc : INT32_MAX; jt <= k_last; jt += kBc) {
-    __syncthreads();  // every warp is done with the previous K, V tiles
-#pragma unroll 8
-    for (int i = tid; i < kBc * kVec; i += kWarps * 32) {
-      const int r = i / kVec, c = (i % kVec) * 4;
-      const int j = jt + r;
-      float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
-      if (j >= k_first && j <= k_last) {  // outside: zeros (never read a position no row attends)
-        const int64_t row = int64_t(a.block_tables[s.table_begin + j / a.block_size]) * a.block_size + j % a.block_size;
-        const int64_t off = row * kv_width + int64_t(kvh) * HD + c;
-        kx = *reinterpret_cast<const float4*>(a.kc + off);
-        vx = *reinterpret_cast<const float4*>(a.vc + off);
-      }
-      store_terms<SPLIT>(ks + r * kLd + c, ks + (kT - 1) * kBc * kLd + r * kLd + c, kx);
-      store_terms<SPLIT>(vs + r * kLd + c, vs + (kT - 1) * kBc * kLd + r * kLd + c, vx);
+  const int jt0 = (k_first / kBc) * kBc, n_tiles = k_first <= k_last ? (k_last - jt0) / kBc + 1 : 0;
+  // Stage st's K (w = 0) or V (w = 1) term t.
+  auto tile = [&](int st, int w, int t) {
+    return reinterpret_cast<bf16*>(smem + L::k + st * L::stage) + (w * kT + t) * kBc * kLd;
+  };
+  // Copies key tile jt into stage st (rows outside [k_first, k_last]: zeros, never read from the
+  // copy), as one commit group.
+  auto load_tile = [&](int jt, int st) {
+    constexpr int kChunks = HD / 8;  // 16-byte pieces per row
+#pragma unroll 4
+    for (int i = tid; i < kBc * kChunks; i += kWarps * 32) {
+      const int r = i / kChunks, c = (i % kChunks) * 8, j = jt + r;
+      const bool ok = j >= k_first && j <= k_last;
+      const int64_t row = range.base + (ok ? j - range.first : 0);
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
+#pragma unroll
+        for (int t = 0; t < kT; ++t) cp_async16(tile(st, w, t) + r * kLd + c, a.kv.row(t, w, kvh, row, HD) + c, ok);
     }
-    __syncthreads();
-    if (whi < jt || wlo > jt + kBc - 1) continue;  // every row of this warp masks the whole tile
+    cp_async_commit();
+  };
+
+  if (n_tiles > 0) load_tile(jt0, 0);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int jt = jt0 + it * kBc, st = it & 1;
+    if (it + 1 < n_tiles) {  // the next tile into the other stage (free: the loop's last barrier)
+      load_tile(jt + kBc, st ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // this tile is in shared memory for every warp
+    if (whi < jt || wlo > jt + kBc - 1) {  // every row of this warp masks the whole tile
+      __syncthreads();
+      continue;
+    }
+    const bf16* ks = tile(st, 0, 0);
+    const bf16* vs = tile(st, 1, 0);
 
     // S = Q K^T: the warp's 16 rows x kBc keys, n-tile n holds keys jt + 8n ...
     float sc[kBc / 8][4];
@@ -323,6 +395,7 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
         mma_terms<SPLIT>(o[2 * dp + 1], ph[kk], pl[kk], vh[2], vh[3], vl[2], vl[3]);
       }
     }
+    __syncthreads();  // every warp is done with stage st before the next iteration refills it
   }
 
   // The quad's shares of each row sum, then the partials of the warp's valid rows.
@@ -348,11 +421,11 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
 // Folds slots [0, n_slots) of each (row, head) into the running state (max M and sum L in
 // state_ml, unnormalized O in out) in slot order, skipping empty ones; `first` starts the state,
 // `last` normalizes into out. The fold's arithmetic is the same however the slots are split over
-// launches. grid: (T, n_heads); block: 64 threads.
+// launches. grid: (rows from row0, n_heads); block: 64 threads.
 __global__ void fold_kernel(float* __restrict__ out, float* __restrict__ state_ml, const float* __restrict__ part_o,
-                            const float* __restrict__ part_ml, int64_t T, int n_heads, int hd, int n_slots,
-                            bool first, bool last) {
-  const int64_t rh = int64_t(blockIdx.x) * n_heads + blockIdx.y;
+                            const float* __restrict__ part_ml, int64_t T, int64_t row0, int n_heads, int hd,
+                            int n_slots, bool first, bool last) {
+  const int64_t rh = (row0 + blockIdx.x) * n_heads + blockIdx.y;
   float* o = out + rh * hd;
   float M = first ? -INFINITY : state_ml[2 * rh], Lsum = first ? 0.0f : state_ml[2 * rh + 1];
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -382,49 +455,56 @@ __global__ void fold_kernel(float* __restrict__ out, float* __restrict__ state_m
   }
 }
 
+// The sequences [s0, s1) of the step (rows [row0, row1)): their attended keys copied to BF16,
+// the tiled kernel over their rows in launches of up to per_launch segment slots, each folded.
 template <int HD, bool SPLIT>
-void launch_for(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                const AttentionParams& p, const StepPlan& plan) {
-  constexpr size_t smem = Layout<HD, SPLIT>::bytes;
-  static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem)));
-    return true;
-  }();
-  (void)configured;
+void run_group(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+               const AttentionParams& p, const StepPlan& plan, size_t s0, size_t s1,
+               const std::vector<KeyRange>& ranges) {
+  using L = Layout<HD, SPLIT>;
   const int G = p.n_heads / p.n_kv_heads, n_kv = p.n_kv_heads;
   const int64_t T = plan.n_rows();
-  // Token tiles and segment slots: a tile's keys lie within its sequence's [first key of its
-  // smallest position, largest position], so that range's segment count bounds every tile's.
-  int32_t max_tokens = 0, n_slots = 1;
-  for (const SeqStep& s : plan.seqs) {
-    max_tokens = std::max(max_tokens, s.n_tokens);
-    int32_t lo_pos = INT32_MAX, hi_pos = -1;
-    for (int32_t r = s.row_begin; r < s.row_begin + s.n_tokens; ++r) {
-      lo_pos = std::min(lo_pos, plan.positions[size_t(r)]);
-      hi_pos = std::max(hi_pos, plan.positions[size_t(r)]);
-    }
-    const int32_t first = (p.window > 0 && lo_pos - p.window + 1 > 0) ? lo_pos - p.window + 1 : 0;
-    n_slots = std::max(n_slots, hi_pos / kSegKeys - first / kSegKeys + 1);
+  const int64_t row0 = plan.seqs[s0].row_begin, row1 = plan.seqs[s1 - 1].row_begin + plan.seqs[s1 - 1].n_tokens;
+  // Token tiles and segment slots: a tile's keys lie within its sequence's range, so the range's
+  // segment count bounds every tile's.
+  int32_t max_tokens = 0, n_slots = 1, max_keys = 0;
+  int64_t keys = 0;
+  for (size_t i = s0; i < s1; ++i) {
+    const KeyRange& r = ranges[i];
+    max_tokens = std::max(max_tokens, plan.seqs[i].n_tokens);
+    max_keys = std::max(max_keys, r.n);
+    n_slots = std::max(n_slots, (r.first + r.n - 1) / kSegKeys - r.first / kSegKeys + 1);
+    keys += r.n;
   }
-  // Slots per launch: the partial results of one launch within kPartialBudget (at least one
-  // slot), and KV heads x slots within the grid's z limit.
+  std::vector<KeyRange> group(ranges.begin() + int64_t(s0), ranges.begin() + int64_t(s1));
+  for (KeyRange& r : group) r.base -= ranges[s0].base;
+  const auto* ranges_dev =
+      static_cast<const KeyRange*>(ctx.upload_scratch(kSlotAttnKeys, group.data(), group.size() * sizeof(KeyRange)));
+  const size_t copy_bytes = size_t(L::terms) * 2 * size_t(n_kv) * size_t(keys) * HD * sizeof(bf16);
+  const KvCopy kv{.kv = static_cast<bf16*>(ctx.scratch->get(kSlotAttnBf16, copy_bytes)),
+                  .ranges = ranges_dev,
+                  .keys = keys,
+                  .n_kv = n_kv};
+  kv_copy_kernel<SPLIT><<<dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream>>>(
+      kv, cache.k.f32(), cache.v.f32(), ctx.step.seqs + s0, ctx.step.block_tables, ctx.step.block_size, HD);
+  CUDA_CHECK_LAUNCH();
+
+  // Slots per launch: the partial results of one launch within the budget (at least one slot),
+  // and KV heads x slots within the grid's z limit.
   const size_t slot_bytes = size_t(T) * size_t(p.n_heads) * size_t(HD + 2) * sizeof(float);
   int per_launch = int(std::clamp<size_t>(g_partial_budget.load() / slot_bytes, 1, size_t(n_slots)));
   per_launch = std::max(1, std::min(per_launch, 65535 / n_kv));
   const size_t o_floats = size_t(per_launch) * size_t(T) * size_t(p.n_heads) * HD;
   const size_t ml_floats = size_t(per_launch) * size_t(T) * size_t(p.n_heads) * 2;
   const size_t state_floats = n_slots > per_launch ? size_t(T) * size_t(p.n_heads) * 2 : 0;
-  float* base = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, (o_floats + ml_floats + state_floats) * sizeof(float)));
+  float* base =
+      static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, (o_floats + ml_floats + state_floats) * sizeof(float)));
   PrefillArgs a{.part_o = base,
                 .part_ml = base + o_floats,
                 .q = q.f32(),
-                .kc = cache.k.f32(),
-                .vc = cache.v.f32(),
+                .kv = kv,
                 .positions = ctx.step.positions,
-                .seqs = ctx.step.seqs,
-                .block_tables = ctx.step.block_tables,
-                .block_size = ctx.step.block_size,
+                .seqs = ctx.step.seqs + s0,
                 .n_heads = p.n_heads,
                 .group = G,
                 .n_slots = 0,
@@ -436,12 +516,52 @@ void launch_for(const Context& ctx, const Tensor& out, const Tensor& q, const Kv
   for (int slot0 = 0; slot0 < n_slots; slot0 += per_launch) {
     a.slot0 = slot0;
     a.n_slots = std::min(per_launch, n_slots - slot0);
-    dim3 grid(unsigned(ceil_div(max_tokens, kRows / G)), unsigned(plan.seqs.size()), unsigned(n_kv * a.n_slots));
-    flash_prefill_kernel<HD, SPLIT><<<grid, kWarps * 32, smem, ctx.stream>>>(a);
+    dim3 grid(unsigned(ceil_div(max_tokens, kRows / G)), unsigned(s1 - s0), unsigned(n_kv * a.n_slots));
+    flash_prefill_kernel<HD, SPLIT><<<grid, kWarps * 32, L::bytes, ctx.stream>>>(a);
     CUDA_CHECK_LAUNCH();
-    fold_kernel<<<dim3(unsigned(T), unsigned(p.n_heads)), 64, 0, ctx.stream>>>(
-        out.f32(), state, a.part_o, a.part_ml, T, p.n_heads, HD, a.n_slots, slot0 == 0, slot0 + a.n_slots >= n_slots);
+    fold_kernel<<<dim3(unsigned(row1 - row0), unsigned(p.n_heads)), 64, 0, ctx.stream>>>(
+        out.f32(), state, a.part_o, a.part_ml, T, row0, p.n_heads, HD, a.n_slots, slot0 == 0,
+        slot0 + a.n_slots >= n_slots);
     CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <int HD, bool SPLIT>
+void launch_for(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+                const AttentionParams& p, const StepPlan& plan) {
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(Layout<HD, SPLIT>::bytes)));
+    return true;
+  }();
+  (void)configured;
+  // Each sequence's attended keys: [first key of its smallest position, its largest position].
+  std::vector<KeyRange> ranges(plan.seqs.size());
+  int64_t base = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SeqStep& s = plan.seqs[i];
+    int32_t lo_pos = INT32_MAX, hi_pos = -1;
+    for (int32_t r = s.row_begin; r < s.row_begin + s.n_tokens; ++r) {
+      lo_pos = std::min(lo_pos, plan.positions[size_t(r)]);
+      hi_pos = std::max(hi_pos, plan.positions[size_t(r)]);
+    }
+    const int32_t first = (p.window > 0 && lo_pos - p.window + 1 > 0) ? lo_pos - p.window + 1 : 0;
+    ranges[i] = KeyRange{.base = base, .first = first, .n = hi_pos - first + 1};
+    base += ranges[i].n;
+  }
+  // Groups of consecutive sequences whose BF16 copy fits kCopyBudget (a sequence larger than that
+  // alone); a row's results do not depend on the grouping.
+  const size_t key_bytes = size_t(Layout<HD, SPLIT>::terms) * 2 * size_t(p.n_kv_heads) * HD * sizeof(bf16);
+  size_t s0 = 0;
+  while (s0 < plan.seqs.size()) {
+    size_t s1 = s0 + 1;
+    size_t bytes = size_t(ranges[s0].n) * key_bytes;
+    while (s1 < plan.seqs.size() && bytes + size_t(ranges[s1].n) * key_bytes <= g_copy_budget.load()) {
+      bytes += size_t(ranges[s1].n) * key_bytes;
+      ++s1;
+    }
+    run_group<HD, SPLIT>(ctx, out, q, cache, p, plan, s0, s1, ranges);
+    s0 = s1;
   }
 }
 
@@ -491,7 +611,10 @@ bool attention_prefill_applies(const Context& ctx, const Tensor& q, const KvLaye
   return max_rows >= kMinRows;
 }
 
-void set_attention_prefill_partial_budget(size_t bytes) { g_partial_budget = bytes ? bytes : kPartialBudget; }
+void set_attention_prefill_budgets(size_t partial_bytes, size_t copy_bytes) {
+  g_partial_budget = partial_bytes ? partial_bytes : kPartialBudget;
+  g_copy_budget = copy_bytes ? copy_bytes : kCopyBudget;
+}
 
 void attention_prefill(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                        const AttentionParams& p, const StepPlan& plan) {

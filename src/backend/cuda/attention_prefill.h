@@ -21,8 +21,10 @@ void attention_prefill(const Context& ctx, const Tensor& out, const Tensor& q, c
                        const AttentionParams& p, const StepPlan& plan);
 
 // For tests: the scratch bytes one launch's partial results may take (default 256 MiB; at least
-// one key segment's per launch whatever it is set to); 0 restores the default. A row's results do
-// not depend on it (the fold runs in the same order over any split of launches).
-void set_attention_prefill_partial_budget(size_t bytes);
+// one key segment's per launch whatever it is set to) and the BF16 copy of one group of
+// sequences' keys (default 1 GiB; at least one sequence's); 0 restores a default. A row's results
+// do not depend on them (the fold runs in the same order over any split of launches, the copy is
+// elementwise).
+void set_attention_prefill_budgets(size_t partial_bytes, size_t copy_bytes);
 
 }  // namespace kestrel::cuda

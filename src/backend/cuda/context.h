@@ -106,7 +106,9 @@ enum ScratchSlot : int {
   kSlotGdrMeta = 10,       // gated_delta_rule, chunked: chunk rows and runs per group
   kSlotGdrChunks = 11,     // gated_delta_rule, chunked: per-chunk W, U, Q', K', P
   kSlotArgmax = 12,        // argmax: each row's per-range bests
-  kNumSlots = 13,
+  kSlotAttnKeys = 13,      // attention_prefill: each sequence's key range in the BF16 copy
+  kSlotAttnBf16 = 14,      // attention_prefill: the attended K/V rows as BF16 terms
+  kNumSlots = 15,
 };
 
 // Checks that begin_step ran with this plan.

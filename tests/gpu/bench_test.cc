@@ -4,9 +4,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <array>
 #include <functional>
+#include <vector>
 
 #include "gpu_test_util.h"
+#ifdef KESTREL_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
 
 namespace kestrel::test {
 namespace {
@@ -49,6 +55,46 @@ TEST_F(GpuBench, MatmulDecodeAndPrefill) {
     }
   }
   cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
+#endif
+}
+
+// The tensor-core ceiling the prefill GEMMs are measured against (docs/benchmarks.md): cuBLAS
+// alone, BF16 x BF16 with F32 accumulation and F32 output (what kestrel's prefill GEMMs compute
+// per term), at 8192^3 and at a 9B MLP shape of a 512-row step, on buffers of random bits.
+TEST_F(GpuBench, CublasBf16Peak) {
+#ifdef KESTREL_HAVE_CUDA
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  for (const auto& [M, N, K] : std::vector<std::array<int, 3>>{{8192, 8192, 8192}, {512, 12288, 4096}}) {
+    void *a = nullptr, *b = nullptr, *c = nullptr;
+    ASSERT_EQ(cudaMalloc(&a, size_t(M) * K * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, size_t(N) * K * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&c, size_t(M) * N * 4), cudaSuccess);
+    // small finite BF16 values (0x3C00 + low bits: ~0.0078 .. 0.0156), so no inf/NaN slows anything
+    ASSERT_EQ(cudaMemset(a, 0x3C, size_t(M) * K * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemset(b, 0x3C, size_t(N) * K * 2), cudaSuccess);
+    const float one = 1.0f, zero = 0.0f;
+    auto gemm = [&] {  // C[N x M] (column-major) = B^T A: out rows of M, as the model's x W^T
+      ASSERT_EQ(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, b, CUDA_R_16BF, K, a, CUDA_R_16BF, K,
+                             &zero, c, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                CUBLAS_STATUS_SUCCESS);
+    };
+    const int reps = M >= 4096 ? 20 : 200;
+    for (int i = 0; i < 5; ++i) gemm();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the handle runs on the default stream
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) gemm();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    std::printf("BENCH cublas_bf16_f32out_%dx%dx%d %.1f TFLOP/s (%.1f us)\n", M, N, K, 2.0 * M * N * K / s / 1e12,
+                s * 1e6);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+  }
+  cublasDestroy(handle);
+#else
+  GTEST_SKIP() << "built without the CUDA backend";
 #endif
 }
 

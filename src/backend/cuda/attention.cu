@@ -79,10 +79,13 @@ __global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc, 
   }
 }
 
-// grid: (rows, n_heads, max_splits) for rows [row0, row0 + rows); block: kWarps warps. DPL = head
-// dims per lane (head_dim <= 32 * DPL). A row has step_splits(*max_position) splits, or
-// det_splits(its keys) when per_row_splits (deterministic mode); surplus split blocks exit.
-// part (more than one split): [rows, n_heads, max_splits, hd + 2] = (max, sum, acc[hd]) per split.
+// grid: (rows, n_kv_heads * head groups, max_splits) for rows [row0, row0 + rows); block: kWarps
+// warps. A block serves up to kHeads query heads of one KV head (a GQA group, in pieces of kHeads),
+// so each K/V row it loads feeds all of them. DPL = head dims per lane (head_dim <= 32 * DPL). A
+// row has step_splits(*max_position) splits, or det_splits(its keys) when per_row_splits
+// (deterministic mode); surplus split blocks exit. part (more than one split): [rows, n_heads,
+// max_splits, hd + 2] = (max, sum, acc[hd]) per head and split.
+constexpr int kHeads = 4;
 template <int DPL>
 __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  const float* __restrict__ q,   // [T, n_heads * hd]
@@ -93,12 +96,13 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  int64_t row0, bool per_row_splits, const int32_t* __restrict__ max_position,
                                  float* __restrict__ part) {
   extern __shared__ float smem[];
-  float* qs = smem;                        // [hd]
-  float* accs = qs + hd;                   // [kWarps, hd]
-  float* ms = accs + kWarps * hd;          // [kWarps]
-  float* ls = ms + kWarps;                 // [kWarps]
+  float* accs = smem;                             // [kWarps, kHeads, hd]
+  float* ms = accs + kWarps * kHeads * hd;        // [kWarps, kHeads]
+  float* ls = ms + kWarps * kHeads;               // [kWarps, kHeads]
   const int64_t r = row0 + blockIdx.x;
-  const int h = blockIdx.y, kvh = h / group;
+  const int pieces = (group + kHeads - 1) / kHeads;  // head pieces per KV head
+  const int kvh = int(blockIdx.y) / pieces, h0 = kvh * group + (int(blockIdx.y) % pieces) * kHeads;
+  const int nh = min(kHeads, kvh * group + group - h0);  // heads of this block: h0 .. h0 + nh - 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t kv_width = int64_t(n_heads / group) * hd;
   const SeqStep s = seqs[row_seq[r]];
@@ -107,23 +111,25 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   const int n_splits = per_row_splits ? det_splits(pos - first + 1) : step_splits(*max_position, window, gridDim.z);
   const int split = blockIdx.z;
   if (split >= n_splits) return;  // the whole block: a surplus split of this row
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];
-  __syncthreads();
-  float qv[DPL], acc[DPL];
+  float qv[kHeads][DPL], acc[kHeads][DPL], m[kHeads], l[kHeads];
 #pragma unroll
-  for (int i = 0; i < DPL; ++i) {
-    const int d = i * 32 + lane;
-    qv[i] = d < hd ? qs[d] : 0.0f;
-    acc[i] = 0.0f;
+  for (int g = 0; g < kHeads; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = i * 32 + lane;
+      qv[g][i] = g < nh && d < hd ? q[r * int64_t(n_heads) * hd + int64_t(h0 + g) * hd + d] : 0.0f;
+      acc[g][i] = 0.0f;
+    }
   }
-  float m = -INFINITY, l = 0.0f;
   const int64_t per_split = (pos - first + 1 + n_splits - 1) / n_splits;
   const int64_t j0 = first + split * per_split;
   const int64_t j1 = j0 + per_split - 1 < pos ? j0 + per_split - 1 : pos;  // inclusive
   // A warp takes kU consecutive keys at a time: their K and V rows are loaded together (kU
-  // independent loads in flight instead of one), then scored, and the running max and the
+  // independent loads in flight), then scored for each head, and each head's running max and
   // rescale move once per group.
-  constexpr int kU = DPL <= 8 ? 8 : 4;
+  constexpr int kU = DPL <= 8 ? 4 : 2;
   for (int64_t jb = j0 + int64_t(warp) * kU; jb <= j1; jb += int64_t(kWarps) * kU) {
     float kx[kU][DPL], vx[kU][DPL];
 #pragma unroll
@@ -139,67 +145,77 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
         vx[u][i] = ok && d < hd ? vr[d] : 0.0f;
       }
     }
-    float score[kU];
-    float m_new = m;
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      float dot = 0.0f;
+    for (int g = 0; g < kHeads; ++g) {
+      if (g >= nh) break;
+      float score[kU];
+      float m_new = m[g];
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) dot += qv[i] * kx[u][i];
-      score[u] = warp_sum(dot) * scale;
-      if (jb + u <= j1) m_new = fmaxf(m_new, score[u]);
+      for (int u = 0; u < kU; ++u) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) dot += qv[g][i] * kx[u][i];
+        score[u] = warp_sum(dot) * scale;
+        if (jb + u <= j1) m_new = fmaxf(m_new, score[u]);
+      }
+      const float corr = expf(m[g] - m_new);  // 0 on the first group (m = -inf), 1 while the max holds
+      l[g] *= corr;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (jb + u > j1) break;
+        const float p = expf(score[u] - m_new);
+        l[g] += p;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[g][i] += p * vx[u][i];
+      }
+      m[g] = m_new;
     }
-    const float corr = expf(m - m_new);  // 0 on the first group (m = -inf), 1 while the max holds
-    l *= corr;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] *= corr;
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (jb + u > j1) break;
-      const float p = expf(score[u] - m_new);
-      l += p;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[i] += p * vx[u][i];
-    }
-    m = m_new;
   }
 #pragma unroll
-  for (int i = 0; i < DPL; ++i) {
-    const int d = i * 32 + lane;
-    if (d < hd) accs[warp * hd + d] = acc[i];
-  }
-  if (lane == 0) {
-    ms[warp] = m;
-    ls[warp] = l;
+  for (int g = 0; g < kHeads; ++g) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = i * 32 + lane;
+      if (d < hd) accs[(warp * kHeads + g) * hd + d] = acc[g][i];
+    }
+    if (lane == 0) {
+      ms[warp * kHeads + g] = m[g];
+      ls[warp * kHeads + g] = l[g];
+    }
   }
   __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ms[w]);
-  float L = 0.0f;
-  float f[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    f[w] = ms[w] == -INFINITY ? 0.0f : expf(ms[w] - M);
-    L += ls[w] * f[w];
-  }
-  if (n_splits == 1) {
-    const float inv = 1.0f / L;
-    float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
+  for (int g = 0; g < nh; ++g) {
+    const int h = h0 + g;
+    float M = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ms[w * kHeads + g]);
+    float L = 0.0f;
+    float f[kWarps];
+    for (int w = 0; w < kWarps; ++w) {
+      f[w] = ms[w * kHeads + g] == -INFINITY ? 0.0f : expf(ms[w * kHeads + g] - M);
+      L += ls[w * kHeads + g] * f[w];
+    }
+    if (n_splits == 1) {
+      const float inv = 1.0f / L;
+      float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
+      for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < kWarps; ++w) v += accs[(w * kHeads + g) * hd + d] * f[w];
+        o[d] = v * inv;
+      }
+      continue;
+    }
+    float* pp = part + ((int64_t(blockIdx.x) * n_heads + h) * int64_t(gridDim.z) + split) * (hd + 2);
+    if (threadIdx.x == 0) {
+      pp[0] = M;  // -inf when this split holds no keys (then L = 0 and acc = 0)
+      pp[1] = L;
+    }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
       float v = 0.0f;
-      for (int w = 0; w < kWarps; ++w) v += accs[w * hd + d] * f[w];
-      o[d] = v * inv;
+      for (int w = 0; w < kWarps; ++w) v += accs[(w * kHeads + g) * hd + d] * f[w];
+      pp[2 + d] = v;
     }
-    return;
-  }
-  float* pp = part + ((int64_t(blockIdx.x) * n_heads + h) * int64_t(gridDim.z) + split) * (hd + 2);
-  if (threadIdx.x == 0) {
-    pp[0] = M;  // -inf when this split holds no keys (then L = 0 and acc = 0)
-    pp[1] = L;
-  }
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float v = 0.0f;
-    for (int w = 0; w < kWarps; ++w) v += accs[w * hd + d] * f[w];
-    pp[2 + d] = v;
   }
 }
 
@@ -219,21 +235,32 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
                                          : max_splits;
   if (n_splits == 1) return;
   const float* pp = part + (int64_t(blockIdx.x) * n_heads + h) * int64_t(max_splits) * (hd + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pp[s * (hd + 2)]);
-  float L = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
-    const float m = pp[s * (hd + 2)];
-    if (m != -INFINITY) L += pp[s * (hd + 2) + 1] * expf(m - M);
+  // The splits' maxima and sums staged in shared memory at once (a thread's serial walk over them
+  // was latency-bound at 64 splits), then the same sums in the same order as one thread would take.
+  __shared__ float sm[kMaxSplits], sl[kMaxSplits], se[kMaxSplits], s_inv;
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+    sm[s] = pp[s * (hd + 2)];
+    sl[s] = pp[s * (hd + 2) + 1];
   }
-  const float inv = 1.0f / L;
+  __syncthreads();
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, sm[s]);
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) se[s] = sm[s] != -INFINITY ? expf(sm[s] - M) : 0.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float L = 0.0f;
+    for (int s = 0; s < n_splits; ++s)
+      if (sm[s] != -INFINITY) L += sl[s] * se[s];
+    s_inv = 1.0f / L;
+  }
+  __syncthreads();
+  const float inv = s_inv;
   float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float v = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      const float m = pp[s * (hd + 2)];
-      if (m != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * expf(m - M);
-    }
+#pragma unroll 8
+    for (int s = 0; s < n_splits; ++s)
+      if (sm[s] != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * se[s];
     o[d] = v * inv;
   }
 }
@@ -243,13 +270,21 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
 template <int DPL>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                       const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits) {
-  const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
+  const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
+  if (smem > 48 * 1024) {
+    static const bool configured = [smem] {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      return true;
+    }();
+    (void)configured;
+  }
   float* part = nullptr;
   if (max_splits > 1) {
     const size_t n = size_t(rows) * p.n_heads * max_splits * (p.head_dim + 2);
     part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
   }
-  dim3 grid(unsigned(rows), unsigned(p.n_heads), unsigned(max_splits));
+  const int group = p.n_heads / p.n_kv_heads, pieces = (group + kHeads - 1) / kHeads;
+  dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * pieces), unsigned(max_splits));
   attention_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
       out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
       ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window,
@@ -266,14 +301,17 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
 // The most splits a row of this step may take (the grid's depth): enough blocks to cover the GPU
 // twice (eight times measured slower on the H200: a 9B row at 8192 keys, 80 -> 87 us a layer).
 // The count itself, up to this, follows the keys (step_splits on the device).
-int split_cap(const StepPlan& plan, const AttentionParams& p) {
+int split_cap(const StepPlan& plan, const AttentionParams& p, bool grouped_heads = false) {
   static const int n_sm = [] {
     int dev = 0, n = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
-  const int64_t blocks = int64_t(plan.n_rows()) * p.n_heads;
+  // blocks per row and split: a block per query head, or per kHeads of a GQA group (attention_kernel)
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t per_row = grouped_heads ? int64_t(p.n_kv_heads) * ((group + kHeads - 1) / kHeads) : p.n_heads;
+  const int64_t blocks = int64_t(plan.n_rows()) * per_row;
   const int64_t want = (2 * int64_t(n_sm) + blocks - 1) / blocks;
   return int(std::clamp<int64_t>(want, 1, kMaxSplits));
 }
@@ -285,7 +323,7 @@ void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const
                    const AttentionParams& p, const StepPlan& plan) {
   const int64_t T = q.rows;
   if (!ctx.deterministic) {
-    launch_attention<DPL>(ctx, out, q, cache, p, 0, T, split_cap(plan, p), false);
+    launch_attention<DPL>(ctx, out, q, cache, p, 0, T, split_cap(plan, p, true), false);
     return;
   }
   ctx.guard->check("deterministic attention (per-row split counts chosen on the host)");
@@ -455,7 +493,14 @@ template <int DPL>
 void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                           const KvLayerView& cache, const AttentionParams& p, int n_splits,
                           const int32_t* max_position) {
-  const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
+  const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
+  if (smem > 48 * 1024) {
+    static const bool configured = [smem] {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      return true;
+    }();
+    (void)configured;
+  }
   float* part = nullptr;
   if (n_splits > 1) {
     const size_t n = size_t(q.rows) * p.n_heads * n_splits * (p.head_dim + 2);

@@ -270,14 +270,9 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
 template <int DPL>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                       const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits) {
+  // head_dim <= 512: at most 4 * 4 * 514 floats, within the 48 KB a launch gets without opting in
+  static_assert(kWarps * kHeads * (512 + 2) * sizeof(float) <= 48 * 1024);
   const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
-  if (smem > 48 * 1024) {
-    static const bool configured = [smem] {
-      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      return true;
-    }();
-    (void)configured;
-  }
   float* part = nullptr;
   if (max_splits > 1) {
     const size_t n = size_t(rows) * p.n_heads * max_splits * (p.head_dim + 2);
@@ -493,14 +488,7 @@ template <int DPL>
 void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                           const KvLayerView& cache, const AttentionParams& p, int n_splits,
                           const int32_t* max_position) {
-  const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
-  if (smem > 48 * 1024) {
-    static const bool configured = [smem] {
-      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      return true;
-    }();
-    (void)configured;
-  }
+  const size_t smem = size_t(p.head_dim + kWarps * p.head_dim + 2 * kWarps) * sizeof(float);
   float* part = nullptr;
   if (n_splits > 1) {
     const size_t n = size_t(q.rows) * p.n_heads * n_splits * (p.head_dim + 2);

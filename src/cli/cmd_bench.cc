@@ -17,6 +17,7 @@
 
 #include "cli/backend_select.h"
 #include "cli/command.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/progress.h"
@@ -69,6 +70,35 @@ double measure_device_copy_bandwidth(Ops& ops) {
     best = std::max(best, 2.0 * double(rows * cols) / seconds_since(t));
   }
   return best;
+}
+
+// The backend's matmul op on one large product (bf16 weights, F32 activations, at the backend's
+// matmul precision): the FLOP/s a prefill's matrix products are measured against (--profile).
+// T x N x K = 4096 x 8192 x 4096 on a device, 64 x 1024 x 1024 on the CPU; best of a few.
+struct MatmulCeiling {
+  double flops = 0;  // per second
+  int64_t t = 0, n = 0, k = 0;
+};
+MatmulCeiling measure_matmul_ceiling(Ops& ops) {
+  const bool cpu = ops.device() == Device::kCpu;
+  MatmulCeiling c{.t = cpu ? 64 : 4096, .n = cpu ? 1024 : 8192, .k = cpu ? 1024 : 4096};
+  Buffer hw = host_buffer(DType::kBF16, c.n, c.k), hx = host_buffer(DType::kF32, c.t, c.k);
+  for (int64_t i = 0; i < c.n * c.k; ++i) hw.view().as<uint16_t>()[i] = f32_to_bf16(float((i * 7919) % 2001 - 1000) * 1e-5f);
+  for (int64_t i = 0; i < c.t * c.k; ++i) hx.view().f32()[i] = float((i * 104729) % 2001 - 1000) * 1e-3f;
+  Buffer w = ops.upload(hw.view()), x = ops.upload(hx.view()), out = ops.alloc(DType::kF32, c.t, c.n);
+  float probe[4];
+  const Tensor tail = out.view().rows_slice(c.t - 1, 1).reshaped(c.n / 4, 4).rows_slice(0, 1);
+  ops.matmul(out.view(), x.view(), w.view());  // warm-up
+  ops.to_host(tail, probe);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto t = clock_type::now();
+    ops.matmul(out.view(), x.view(), w.view());
+    ops.to_host(tail, probe);
+    best = std::max(best, 2.0 * double(c.t) * double(c.n) * double(c.k) / seconds_since(t));
+  }
+  c.flops = best;
+  return c;
 }
 
 Stats summarize(std::vector<double> v) {
@@ -145,6 +175,14 @@ int bench_cmd(const Args& args) {
               matmul_precision.empty() ? "" : (", matmul precision " + matmul_precision).c_str(),
               ThreadPool::global().size());
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
+  MatmulCeiling ceiling;
+  if (profile) {
+    ceiling = measure_matmul_ceiling(*backend);
+    std::printf("measured matmul ceiling: %.4g TFLOP/s (the backend's matmul op, %ld x %ld x %ld, bf16 weights%s%s; "
+                "the profiles' matrix products against it)\n",
+                ceiling.flops / 1e12, long(ceiling.t), long(ceiling.n), long(ceiling.k),
+                matmul_precision.empty() ? "" : ", precision ", matmul_precision.c_str());
+  }
   if (cfg.has_moe())
     std::printf("mixture of experts: a step counts the experts its rows are expected to touch (%s at batch 1)\n",
                 human_bytes(weight_bytes_per_step(*lm.model, 1)).c_str());
@@ -269,7 +307,7 @@ int bench_cmd(const Args& args) {
   if (!profiled.empty()) std::printf("\nphase profile (%s time per step, one recorded run after the timed ones):\n",
                                      ops->device() == Device::kCpu ? "wall" : "device");
   for (const auto& p : profiled) {
-    nlohmann::json j = print_profile(stdout, cat(p.test, ", batch ", p.batch), p.profile);
+    nlohmann::json j = print_profile(stdout, cat(p.test, ", batch ", p.batch), p.profile, ceiling.flops);
     j["test"] = p.test;
     j["batch"] = p.batch;
     profiles.push_back(j);
@@ -286,7 +324,11 @@ int bench_cmd(const Args& args) {
                         {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
                         {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},
                         {"date", date}, {"command", args.get("command-line", "")}, {"results", results}};
-  if (profile) doc["profiles"] = profiles;
+  if (profile) {
+    doc["profiles"] = profiles;
+    doc["matmul_ceiling_TFLOPs"] = ceiling.flops / 1e12;
+    doc["matmul_ceiling_shape"] = {ceiling.t, ceiling.n, ceiling.k};
+  }
   const std::string out = args.get("json", "");
   if (!out.empty()) {
     write_file_atomic(out, doc.dump(1) + "\n");
@@ -306,7 +348,10 @@ const Registrar kReg{{
                "models only the experts a step is expected to touch) against the measured copy bandwidth.\n"
                "--profile adds one recorded run of each test and prints its time per step by phase\n"
                "(embedding, attention, deltanet, mlp/moe, head, other) and by op, and the time between ops\n"
-               "(host work the device waited for); device events time it on the GPU. Greedy decoding picks\n"
+               "(host work the device waited for); device events time it on the GPU. It also gives the matrix\n"
+               "products' FLOPs per step and rate (over the matmul and moe_experts ops' own time) as a fraction\n"
+               "of a matmul ceiling measured first: the backend's matmul op on one large product (4096 x 8192 x\n"
+               "4096 on a device, 64 x 1024 x 1024 on the CPU, bf16 weights, at the run's precision). Greedy decoding picks\n"
                "each token on the backend (no logits come back). --deterministic measures the batch-invariant\n"
                "kernels (compare with a run without it for what the mode costs). --matmul-precision measures\n"
                "prefill at another precision of the CUDA matmuls and attention; on cuda the header and the JSON\n"

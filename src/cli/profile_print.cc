@@ -5,7 +5,7 @@
 
 namespace kestrel::cli {
 
-nlohmann::json print_profile(FILE* out, const std::string& label, const OpProfile& p) {
+nlohmann::json print_profile(FILE* out, const std::string& label, const OpProfile& p, double matmul_ceiling) {
   if (p.steps == 0 || p.span <= 0) {
     std::fprintf(out, "  profile of %s: no steps recorded\n", label.c_str());
     return {{"steps", 0}};
@@ -34,8 +34,25 @@ nlohmann::json print_profile(FILE* out, const std::string& label, const OpProfil
                            i + 1 < std::min<size_t>(8, by_op.size()) ? "," : "");
   }
   std::fprintf(out, "\n");
-  return {{"steps", p.steps}, {"ms_per_step", ms(p.span)}, {"between_ops_ms_per_step", ms(between)},
-          {"phases", phases}, {"ops", ops}};
+  nlohmann::json j = {{"steps", p.steps}, {"ms_per_step", ms(p.span)}, {"between_ops_ms_per_step", ms(between)},
+                      {"phases", phases}, {"ops", ops}};
+  // The matrix products' rate: their FLOPs over the time of the ops that compute them.
+  double product_seconds = 0;
+  for (const char* name : {"matmul", "moe_experts"})
+    if (auto it = p.by_op.find(name); it != p.by_op.end()) product_seconds += it->second.seconds;
+  if (p.matmul_flops > 0 && product_seconds > 0) {
+    const double rate = p.matmul_flops / product_seconds;
+    std::fprintf(out, "    matrix products: %.4g GFLOP per step in %.3f ms: %.4g TFLOP/s", 1e-9 * p.matmul_flops / steps,
+                 ms(product_seconds), 1e-12 * rate);
+    j["matmul_gflop_per_step"] = 1e-9 * p.matmul_flops / steps;
+    j["matmul_tflops"] = 1e-12 * rate;
+    if (matmul_ceiling > 0) {
+      std::fprintf(out, ", %.1f%% of the measured matmul ceiling", 100.0 * rate / matmul_ceiling);
+      j["matmul_ceiling_fraction"] = rate / matmul_ceiling;
+    }
+    std::fprintf(out, "\n");
+  }
+  return j;
 }
 
 }  // namespace kestrel::cli

@@ -25,6 +25,9 @@ struct OpProfile {
   double span = 0;    // first op start to last op end, over every profiled step
   double in_ops = 0;  // the sum of the ops' own times; span - in_ops is time between ops
   int64_t steps = 0;
+  // Floating-point operations of the matrix products (2 per multiply-add of matmul, matmul_multi
+  // and moe_experts, as their shapes ask, whatever the weights' storage), over the recorded steps.
+  double matmul_flops = 0;
 };
 
 class ProfilingOps final : public ForwardingOps, public StepGraphs {
@@ -59,6 +62,27 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
   void collect();
   const OpProfile& profile() const { return profile_; }
   void clear() { profile_ = {}; }
+
+  // The matrix products also count their floating-point operations while recording.
+  void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
+    if (recording_) profile_.matmul_flops += 2.0 * double(x.rows) * double(out.cols) * double(x.cols);
+    ForwardingOps::matmul(out, x, w);
+  }
+  void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override {
+    if (recording_)
+      for (const MatmulTarget& t : targets) profile_.matmul_flops += 2.0 * double(x.rows) * double(t.out.cols) * double(x.cols);
+    ForwardingOps::matmul_multi(x, targets);
+  }
+  void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const ExpertWeights& experts) override {
+    if (recording_) {  // each (row, expert) pair runs one expert's gate, up and down projections
+      double per_pair = 0;
+      for (const std::vector<Tensor>* m : {&experts.gate, &experts.up, &experts.down})
+        if (!m->empty()) per_pair += 2.0 * double(m->front().numel());
+      profile_.matmul_flops += double(ids.numel()) * per_pair;
+    }
+    ForwardingOps::moe_experts(out, x, ids, weights, experts);
+  }
 
  protected:
   void run(const char* op, const std::function<void()>& fn) override {

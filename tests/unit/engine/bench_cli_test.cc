@@ -50,6 +50,36 @@ TEST(BenchCli, RecordsDeviceCommandDateAndEveryTest) {
   }
 }
 
+// --profile: each profile carries the matrix products' FLOPs per step and rate, against the
+// matmul ceiling the bench measured through the backend (recorded with its shape).
+TEST(BenchCli, ProfileReportsMatrixProductRateAgainstTheMeasuredCeiling) {
+  const std::string json = work_path("bench-cli-profile.json");
+  int status = 0;
+  const std::string out = run_cli("bench -m " + data_path("fixtures/qwen3_5") +
+                                      " --device cpu -p 16 -n 2 -r 1 --profile --json " + json,
+                                  &status);
+  ASSERT_EQ(status, 0) << out;
+  std::ifstream in(json);
+  ASSERT_TRUE(in) << json;
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_GT(doc.at("matmul_ceiling_TFLOPs").get<double>(), 0.0);
+  EXPECT_EQ(doc.at("matmul_ceiling_shape"), nlohmann::json({64, 1024, 1024}));
+  EXPECT_NE(out.find("measured matmul ceiling:"), std::string::npos) << out;
+  const auto& profiles = doc.at("profiles");
+  ASSERT_EQ(profiles.size(), 2u) << doc.dump(1);
+  for (const auto& p : profiles) {
+    EXPECT_GT(p.at("matmul_gflop_per_step").get<double>(), 0.0) << p.dump();
+    EXPECT_GT(p.at("matmul_tflops").get<double>(), 0.0) << p.dump();
+    EXPECT_NEAR(p.at("matmul_ceiling_fraction").get<double>(),
+                p.at("matmul_tflops").get<double>() / doc.at("matmul_ceiling_TFLOPs").get<double>(), 1e-9);
+  }
+  // a 16-row prefill step runs every projection over 16 rows, a decode step over one (both put
+  // one row through the output head)
+  EXPECT_GT(profiles[0].at("matmul_gflop_per_step").get<double>(),
+            4.0 * profiles[1].at("matmul_gflop_per_step").get<double>());
+  EXPECT_NE(out.find("matrix products:"), std::string::npos) << out;
+}
+
 TEST(BenchCli, OutOfRangeOptionIsRefusedByName) {
   int status = 0;
   const std::string out = run_cli("bench -m " + data_path("fixtures/qwen3_5") + " --device cpu -p 16 -n 4 -b 0", &status);

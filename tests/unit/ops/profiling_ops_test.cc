@@ -2,6 +2,7 @@
 // of every recorded step, attributed to the phases the model marks.
 #include <gtest/gtest.h>
 
+#include "core/dtype.h"
 #include "engine/runner.h"
 #include "ops/profiling_ops.h"
 #include "support/fixture_model.h"
@@ -60,12 +61,61 @@ TEST(ProfilingOps, TransparentAndAccountsForEveryStep) {
     EXPECT_EQ(calls, op_calls);
     EXPECT_NEAR(seconds, p.in_ops, 1e-9);
     EXPECT_EQ(p.by_op.at("begin_step").calls, 5);
+    EXPECT_GT(p.matmul_flops, 0.0);
     // not recording: nothing is added
     prof.clear();
     decode(*wrapped.model, prompt, 1);
     prof.collect();
     EXPECT_EQ(prof.profile().steps, 0);
   }
+}
+
+// The matrix products count 2 FLOPs per multiply-add their shapes ask for, only while recording:
+// matmul and matmul_multi T x N x K, moe_experts each (row, expert) pair's gate, up and down.
+TEST(ProfilingOps, CountsMatrixProductFlops) {
+  CpuOps inner;
+  ProfilingOps prof(inner);
+  auto filled = [&](DType dt, int64_t rows, int64_t cols) {
+    Buffer b = host_buffer(dt, rows, cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = float(i % 7) * 0.125f - 0.25f;
+      if (dt == DType::kF32) b.view().f32()[i] = v;
+      else b.view().as<uint16_t>()[i] = f32_to_bf16(v);
+    }
+    return b;
+  };
+  const int64_t T = 3, K = 8, H = 8, F = 6, E = 3;
+  Buffer x = filled(DType::kF32, T, K), w = filled(DType::kBF16, 5, K), w2 = filled(DType::kBF16, 4, K);
+  Buffer out = host_buffer(DType::kF32, T, 5), out2 = host_buffer(DType::kF32, T, 4);
+  ExpertWeights ex;
+  std::vector<Buffer> keep;
+  for (int64_t e = 0; e < E; ++e) {
+    keep.push_back(filled(DType::kBF16, F, H));
+    ex.gate.push_back(keep.back().view());
+    keep.push_back(filled(DType::kBF16, F, H));
+    ex.up.push_back(keep.back().view());
+    keep.push_back(filled(DType::kBF16, H, F));
+    ex.down.push_back(keep.back().view());
+  }
+  Buffer ids = host_buffer(DType::kI32, T, 2), weights = filled(DType::kF32, T, 2), moe_out = host_buffer(DType::kF32, T, H);
+  for (int64_t i = 0; i < T * 2; ++i) ids.view().as<int32_t>()[i] = int32_t(i % E);
+  auto run_all = [&] {
+    prof.matmul(out.view(), x.view(), w.view());
+    const MatmulTarget targets[] = {{out.view(), w.view()}, {out2.view(), w2.view()}};
+    prof.matmul_multi(x.view(), targets);
+    prof.moe_experts(moe_out.view(), x.view(), ids.view(), weights.view(), ex);
+  };
+  run_all();  // not recording
+  EXPECT_EQ(prof.profile().matmul_flops, 0.0);
+  prof.set_recording(true);
+  run_all();
+  prof.set_recording(false);
+  const double expect = 2.0 * T * 5 * K            // matmul
+                        + 2.0 * T * (5 + 4) * K    // matmul_multi
+                        + T * 2 * 2.0 * (3 * F * H);  // moe_experts: 6 pairs, each F x H three times
+  EXPECT_EQ(prof.profile().matmul_flops, expect);
+  prof.clear();
+  EXPECT_EQ(prof.profile().matmul_flops, 0.0);
 }
 
 }  // namespace

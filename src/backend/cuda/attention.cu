@@ -1,9 +1,10 @@
 // attention: paged-KV causal softmax attention with GQA and an optional sliding window.
 // 1. kv_write_kernel writes the step's k/v rows into each sequence's cache blocks.
-// 2. attention_kernel: one block per (row, head, split). The row's key positions
+// 2. attention_kernel: one block per (row, KV head, split), serving up to 4 query heads of that
+//    KV head's GQA group (each K/V row it loads feeds them all). The row's key positions
 //    [max(0, pos - window + 1), pos] are cut into n_splits contiguous ranges (split-KV: decode
-//    rows get enough blocks to fill the GPU); in a block 4 warps interleave over the range, each
-//    keeping an online softmax, merged in shared memory. With one split the block writes the
+//    rows get enough blocks to fill the GPU); in a block 4 warps interleave over the range a few
+//    keys at a time, each keeping an online softmax per head, merged in shared memory. With one split the block writes the
 //    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
 //    merges the splits. A step with a sequence of 64 or more new rows takes the tiled
 //    tensor-core kernel of attention_prefill.cu instead (hi/lo BF16 products at the default
@@ -15,7 +16,8 @@
 // (QSA). It reads each position from the step's k/v when the step holds it (position >= n_past)
 // and from the cache otherwise, as the CPU oracle does, and writes the step's k/v afterwards
 // (kv_write_ext_kernel: paged, or only the last ring_rows positions of each sequence for a ring).
-// Its softmax, split-KV partition and combine are the first kernel's.
+// Its softmax, split-KV partition and combine are the first kernel's (one block per query head,
+// one key at a time a warp).
 // The split count is chosen per step from the step's rows and longest row (step_splits), so a
 // row's bits depend on its batch. The host sizes the grid from the row count alone (split_cap);
 // the kernels compute the count on the device from the plan's max_position, and a row's surplus

@@ -7,11 +7,13 @@
 // a tile span few positions, so little of a causal tile is masked away. Its 4 warps own 16 rows
 // each. Groups of more than 64 heads take the split-KV kernel (attention_prefill_applies).
 //
-// Keys. The keys a row attends are cut into segments of kSegKeys positions on an absolute grid;
-// a block handles one segment (grid z: KV head x segment slot), walking it in key tiles of kBc
-// positions (64, or 32 for split head_dim 256, to fit shared memory) read through the block table
-// and converted from the F32 cache to BF16 in shared memory. Segments fill the GPU when a chunk
-// has few rows and a long past. Each block writes its rows' partial results (unnormalized O, the
+// Keys. First kv_copy_kernel copies the keys each sequence attends (every KV head) from the paged
+// F32 cache into BF16 terms, contiguous per sequence (groups of sequences within a budget). The
+// keys a row attends are cut into segments of kSegKeys positions on an absolute grid; a block
+// handles one segment (grid z: KV head x segment slot), walking it in key tiles of kBc positions
+// (64, or 32 for head_dim 256 and for the split precisions, to fit two stages in shared memory)
+// streamed from the copy by cp.async, the next tile's copy in flight while the current one is
+// computed. Segments fill the GPU when a chunk has few rows and a long past. Each block writes its rows' partial results (unnormalized O, the
 // running max m and sum l) to scratch; fold_kernel combines a row's segments in increasing order
 // (skipping empty ones) and normalizes.
 //

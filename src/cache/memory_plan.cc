@@ -40,7 +40,32 @@ MemoryLimit parse_memory_limit(const std::string& text, const std::string& flag)
   return {.bytes = uint64_t(bytes)};
 }
 
-uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows) {
+uint64_t prefill_attention_scratch(const ModelConfig& cfg, int64_t rows, int64_t max_context, int64_t n_seqs) {
+  if (rows < 64 || max_context <= 0) return 0;
+  // the widest attention layer's K (or V) row, a row's partial results (O, max, sum per head) and
+  // query heads
+  int64_t kv_width = 0, part_floats = 0, heads = 0;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (!cfg.is_attention(l)) continue;
+    const auto& a = cfg.attn_for(l);
+    kv_width = std::max<int64_t>(kv_width, int64_t(a.n_kv_heads) * a.head_dim);
+    part_floats = std::max<int64_t>(part_floats, int64_t(a.n_heads) * (a.head_dim + 2));
+    heads = std::max<int64_t>(heads, a.n_heads);
+  }
+  if (kv_width == 0) return 0;
+  constexpr uint64_t kCopyBudget = uint64_t(1) << 30, kPartialBudget = uint64_t(256) << 20;
+  constexpr int64_t kSegKeys = 2048;
+  const uint64_t per_key = 2 * 2 * uint64_t(kv_width) * 2;  // hi and lo terms of K and V, BF16
+  const uint64_t one_seq = per_key * uint64_t(max_context);
+  const uint64_t copy = std::max(one_seq, std::min(kCopyBudget, one_seq * uint64_t(std::max<int64_t>(n_seqs, 1))));
+  const uint64_t slot = uint64_t(rows) * uint64_t(part_floats) * 4;  // one segment's partials for every row
+  const uint64_t slots = uint64_t(max_context / kSegKeys + 2);
+  const uint64_t fold_state = uint64_t(rows) * uint64_t(heads) * 2 * 4;  // when the fold spans launches
+  return copy + std::max(slot, std::min(kPartialBudget, slot * slots)) + fold_state;
+}
+
+uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows, int64_t max_context,
+                            int64_t n_seqs) {
   // Per row: the residual stream and its normed copy, attention q/k/v/gate/output, the MLP or
   // the routed experts' hidden rows (top-k of them), the DeltaNet projections; x2 for the
   // matmul's split terms and partial products; plus the CUDA prefill path's dequantized weight
@@ -58,7 +83,8 @@ uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_
   const uint64_t per_row = uint64_t(4) * uint64_t(16 * H + 8 * widest);
   const uint64_t logits = uint64_t(logit_rows) * uint64_t(cfg.vocab_size) * 4;
   const uint64_t dequant_tile = uint64_t(128) << 20;
-  return std::max<uint64_t>(uint64_t(512) << 20, uint64_t(rows) * per_row * 2 + logits + dequant_tile);
+  return std::max<uint64_t>(uint64_t(512) << 20, uint64_t(rows) * per_row * 2 + logits + dequant_tile) +
+         prefill_attention_scratch(cfg, rows, max_context, n_seqs);
 }
 
 std::string CachePlan::summary() const {
@@ -76,7 +102,8 @@ CachePlan plan_cache(const ModelConfig& cfg, const CachePlanRequest& r) {
   p.sizing.n_slots = r.n_slots;
   p.limit = r.limit.fraction > 0 ? uint64_t(double(r.device_total) * r.limit.fraction) : r.limit.bytes;
   p.in_use = r.device_total - r.device_free;
-  p.reserve = activation_reserve(cfg, std::max(r.max_step_tokens, 1), std::max(r.max_logit_rows, 1));
+  p.reserve = activation_reserve(cfg, std::max(r.max_step_tokens, 1), std::max(r.max_logit_rows, 1), r.max_context,
+                                 std::max(r.n_slots, 1));
   const CacheCosts costs = cache_costs(cfg, r.block_size);
   p.state_bytes = uint64_t(r.n_slots) * costs.bytes_per_slot;
   const std::string limit_text = cat("--gpu-memory allows ", human_bytes(double(p.limit)), " of the device's ",
@@ -88,7 +115,7 @@ CachePlan plan_cache(const ModelConfig& cfg, const CachePlanRequest& r) {
     bad_input(limit_text, "; ", human_bytes(double(p.in_use)), " are in use after loading the model, ",
               human_bytes(double(p.reserve)), " are kept for activations and ", human_bytes(double(p.state_bytes)),
               " are needed for ", r.n_slots, " state slots: no room for the KV cache (raise --gpu-memory, or lower "
-              "--max-running or --step-tokens)");
+              "--max-running, --step-tokens or --ctx)");
   const uint64_t room = std::min<uint64_t>(p.limit - needed, r.device_free > p.reserve + p.state_bytes
                                                                   ? r.device_free - p.reserve - p.state_bytes
                                                                   : 0);

@@ -43,8 +43,18 @@ struct CachePlan {
 };
 
 // Bytes a step of `rows` rows (of which `logit_rows` produce logits) may need for activations and
-// scratch: a conservative estimate from the model's widths, at least 512 MiB.
-uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows);
+// scratch: a conservative estimate from the model's widths, at least 512 MiB. With `max_context`
+// (and up to `n_seqs` sequences a step) it also counts the CUDA tiled prefill attention's scratch:
+// the BF16 copy of the keys a step attends and the per-segment partial results.
+uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows, int64_t max_context = 0,
+                           int64_t n_seqs = 1);
+
+// The CUDA tiled prefill attention's scratch for steps of `rows` rows over up to `n_seqs`
+// sequences of up to `max_context` keys (src/backend/cuda/attention_prefill.cu): the attended keys
+// as BF16 hi/lo terms of K and V (groups of sequences within 1 GiB, one longer sequence alone) and
+// the per-segment partial results (within 256 MiB a launch, or one segment's); 0 when no step can
+// take the kernel (no attention layer, or fewer than 64 rows a step).
+uint64_t prefill_attention_scratch(const ModelConfig& cfg, int64_t rows, int64_t max_context, int64_t n_seqs);
 
 CachePlan plan_cache(const ModelConfig& cfg, const CachePlanRequest& r);
 

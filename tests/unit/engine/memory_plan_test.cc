@@ -60,6 +60,36 @@ TEST(MemoryPlan, KvPoolTakesWhatIsLeft) {
   EXPECT_LE(b.kv_bytes + b.state_bytes + b.reserve, 30 * GiB);
 }
 
+// The reserve counts the CUDA tiled prefill attention's scratch: the BF16 hi/lo copy of K and V
+// for the keys a step attends (one sequence of max_context keys, or several within 1 GiB) and the
+// per-segment partial results; nothing for steps too short to take that kernel.
+TEST(MemoryPlan, ReserveCountsThePrefillAttentionScratch) {
+  const ModelConfig cfg = load_config(test::data_path("fixtures/qwen3_5"));
+  int64_t kv_width = 0, part_floats = 0, heads = 0;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (!cfg.is_attention(l)) continue;
+    const auto& a = cfg.attn_for(l);
+    kv_width = std::max<int64_t>(kv_width, int64_t(a.n_kv_heads) * a.head_dim);
+    part_floats = std::max<int64_t>(part_floats, int64_t(a.n_heads) * (a.head_dim + 2));
+    heads = std::max<int64_t>(heads, a.n_heads);
+  }
+  ASSERT_GT(kv_width, 0);
+  EXPECT_EQ(prefill_attention_scratch(cfg, 63, 4096, 8), 0u);  // no step takes the tiled kernel
+  EXPECT_EQ(prefill_attention_scratch(cfg, 512, 0, 8), 0u);
+  const uint64_t per_key = 8 * uint64_t(kv_width);
+  // one sequence of 4096 keys: a copy of its keys; 3 segments of partials (4096 / 2048 + 2 bound)
+  const uint64_t slot = 512 * uint64_t(part_floats) * 4, state = 512 * uint64_t(heads) * 8;
+  EXPECT_EQ(prefill_attention_scratch(cfg, 512, 4096, 1), per_key * 4096 + slot * 4 + state);
+  // many sequences: the copy is grouped within 1 GiB (unless one sequence alone is larger)
+  const uint64_t many = prefill_attention_scratch(cfg, 512, 4096, 100000) - (slot * 4 + state);
+  EXPECT_EQ(many, std::max<uint64_t>(per_key * 4096, uint64_t(1) << 30));
+  const uint64_t huge = prefill_attention_scratch(cfg, 512, int64_t(1) << 28, 4);
+  EXPECT_GE(huge, per_key * (uint64_t(1) << 28));
+  // and the plan keeps it out of the KV pool
+  EXPECT_EQ(activation_reserve(cfg, 512, 16, 4096, 8) - activation_reserve(cfg, 512, 16),
+            prefill_attention_scratch(cfg, 512, 4096, 8));
+}
+
 TEST(MemoryPlan, RefusesPlansThatCannotHoldOneSequence) {
   const ModelConfig cfg = load_config(test::data_path("fixtures/qwen3_5"));
   auto expect_refused = [&](const CachePlanRequest& r, const char* says) {
@@ -80,8 +110,14 @@ TEST(MemoryPlan, RefusesPlansThatCannotHoldOneSequence) {
   r.limit = {.bytes = 200 * GiB};
   expect_refused(r, "more than the device has");
   r = base;
-  r.max_context = int64_t(1) << 40;
+  // a context whose KV cache (50 GiB) does not fit beside the weights and the reserve (which
+  // holds the prefill attention's copy of that context's keys too)
+  const CacheCosts costs = cache_costs(cfg, 16);
+  r.max_context = int64_t(50 * GiB / (costs.bytes_per_block / 16));
   expect_refused(r, "fewer than --ctx");
+  r.max_context = int64_t(1) << 40;  // its reserve alone is more than the limit
+  expect_refused(r, "no room for the KV cache");
+  expect_refused(r, "--ctx");
 }
 
 TEST(MemoryPlan, SchedulerSlotsFollowTheModelsState) {

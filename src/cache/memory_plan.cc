@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "ops/attention_prefill_limits.h"
 
 namespace kestrel {
 
@@ -41,7 +42,8 @@ MemoryLimit parse_memory_limit(const std::string& text, const std::string& flag)
 }
 
 uint64_t prefill_attention_scratch(const ModelConfig& cfg, int64_t rows, int64_t max_context, int64_t n_seqs) {
-  if (rows < 64 || max_context <= 0) return 0;
+  using namespace attention_prefill;
+  if (rows < kMinRows || max_context <= 0) return 0;
   // the widest attention layer's K (or V) row, a row's partial results (O, max, sum per head) and
   // query heads
   int64_t kv_width = 0, part_floats = 0, heads = 0;
@@ -53,15 +55,13 @@ uint64_t prefill_attention_scratch(const ModelConfig& cfg, int64_t rows, int64_t
     heads = std::max<int64_t>(heads, a.n_heads);
   }
   if (kv_width == 0) return 0;
-  constexpr uint64_t kCopyBudget = uint64_t(1) << 30, kPartialBudget = uint64_t(256) << 20;
-  constexpr int64_t kSegKeys = 2048;
   const uint64_t per_key = 2 * 2 * uint64_t(kv_width) * 2;  // hi and lo terms of K and V, BF16
   const uint64_t one_seq = per_key * uint64_t(max_context);
-  const uint64_t copy = std::max(one_seq, std::min(kCopyBudget, one_seq * uint64_t(std::max<int64_t>(n_seqs, 1))));
+  const uint64_t copy = std::max(one_seq, std::min<uint64_t>(kCopyBudget, one_seq * uint64_t(std::max<int64_t>(n_seqs, 1))));
   const uint64_t slot = uint64_t(rows) * uint64_t(part_floats) * 4;  // one segment's partials for every row
   const uint64_t slots = uint64_t(max_context / kSegKeys + 2);
   const uint64_t fold_state = uint64_t(rows) * uint64_t(heads) * 2 * 4;  // when the fold spans launches
-  return copy + std::max(slot, std::min(kPartialBudget, slot * slots)) + fold_state;
+  return copy + std::max(slot, std::min<uint64_t>(kPartialBudget, slot * slots)) + fold_state;
 }
 
 uint64_t activation_reserve(const ModelConfig& cfg, int64_t rows, int64_t logit_rows, int64_t max_context,

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -53,23 +54,35 @@ struct Stats {
   double median = 0, min = 0, max = 0;
 };
 
-// Device copy bandwidth through the backend: 1 GiB copied buffer to buffer, synchronized by a
-// small blocking read back, best of a few.
-double measure_device_copy_bandwidth(Ops& ops) {
-  const int64_t rows = 1024, cols = int64_t(1) << 20;  // 1 GiB of bytes
-  Buffer a = ops.alloc(DType::kU8, rows, cols), b = ops.alloc(DType::kU8, rows, cols);
+// The shortest of 5 timed runs of `op` on the backend (after one warm-up), each waited for by a
+// small blocking read of `done` (16 bytes that op writes last).
+double best_seconds(Ops& ops, const Tensor& done, const std::function<void()>& op) {
   uint8_t probe[16];
-  const Tensor tail = b.view().rows_slice(rows - 1, 1).reshaped(cols / 16, 16).rows_slice(0, 1);
-  ops.copy_rows(b.view(), 0, a.view(), 0, rows);  // warm-up
-  ops.to_host(tail, probe);
+  op();  // warm-up
+  ops.to_host(done, probe);
   double best = 0;
   for (int i = 0; i < 5; ++i) {
     auto t = clock_type::now();
-    ops.copy_rows(b.view(), 0, a.view(), 0, rows);
-    ops.to_host(tail, probe);
-    best = std::max(best, 2.0 * double(rows * cols) / seconds_since(t));
+    op();
+    ops.to_host(done, probe);
+    const double s = seconds_since(t);
+    best = i == 0 ? s : std::min(best, s);
   }
   return best;
+}
+
+// The first 16 bytes of t's last row (a plain dtype; the row a multiple of 16 bytes).
+Tensor last_16_bytes(const Tensor& t) {
+  const int64_t elems = 16 * t.cols / int64_t(t.row_bytes());  // elements in 16 bytes
+  return t.rows_slice(t.rows - 1, 1).reshaped(t.cols / elems, elems).rows_slice(0, 1);
+}
+
+// Device copy bandwidth through the backend: 1 GiB copied buffer to buffer, best of a few.
+double measure_device_copy_bandwidth(Ops& ops) {
+  const int64_t rows = 1024, cols = int64_t(1) << 20;  // 1 GiB of bytes
+  Buffer a = ops.alloc(DType::kU8, rows, cols), b = ops.alloc(DType::kU8, rows, cols);
+  return 2.0 * double(rows * cols) /
+         best_seconds(ops, last_16_bytes(b.view()), [&] { ops.copy_rows(b.view(), 0, a.view(), 0, rows); });
 }
 
 // The backend's matmul op on one large product (bf16 weights, F32 activations, at the backend's
@@ -86,18 +99,8 @@ MatmulCeiling measure_matmul_ceiling(Ops& ops) {
   for (int64_t i = 0; i < c.n * c.k; ++i) hw.view().as<uint16_t>()[i] = f32_to_bf16(float((i * 7919) % 2001 - 1000) * 1e-5f);
   for (int64_t i = 0; i < c.t * c.k; ++i) hx.view().f32()[i] = float((i * 104729) % 2001 - 1000) * 1e-3f;
   Buffer w = ops.upload(hw.view()), x = ops.upload(hx.view()), out = ops.alloc(DType::kF32, c.t, c.n);
-  float probe[4];
-  const Tensor tail = out.view().rows_slice(c.t - 1, 1).reshaped(c.n / 4, 4).rows_slice(0, 1);
-  ops.matmul(out.view(), x.view(), w.view());  // warm-up
-  ops.to_host(tail, probe);
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    auto t = clock_type::now();
-    ops.matmul(out.view(), x.view(), w.view());
-    ops.to_host(tail, probe);
-    best = std::max(best, 2.0 * double(c.t) * double(c.n) * double(c.k) / seconds_since(t));
-  }
-  c.flops = best;
+  c.flops = 2.0 * double(c.t) * double(c.n) * double(c.k) /
+            best_seconds(ops, last_16_bytes(out.view()), [&] { ops.matmul(out.view(), x.view(), w.view()); });
   return c;
 }
 

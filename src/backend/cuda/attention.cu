@@ -45,11 +45,6 @@ __host__ __device__ __forceinline__ int det_splits(int64_t keys) {
   return int(n < 1 ? 1 : n > kMaxSplits ? kMaxSplits : n);
 }
 
-// The keys row `pos` attends: [first, pos].
-__host__ __device__ __forceinline__ int64_t first_key(int64_t pos, int window) {
-  return (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-}
-
 // The split count of a step whose largest position is max_pos: kMinKeysPerSplit keys per split
 // at least, at most `cap` (the grid depth, split_cap) and kMaxSplits. A row's key count grows
 // with its position, so the step's longest row is the one at max_pos.
@@ -88,6 +83,8 @@ __global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc, 
 // (deterministic mode); surplus split blocks exit. part (more than one split): [rows, n_heads,
 // max_splits, hd + 2] = (max, sum, acc[hd]) per head and split.
 constexpr int kHeads = 4;
+// Blocks per (row, split) for a GQA group of `group` query heads: pieces of up to kHeads heads.
+__host__ __device__ __forceinline__ int head_pieces(int group) { return (group + kHeads - 1) / kHeads; }
 template <int DPL>
 __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  const float* __restrict__ q,   // [T, n_heads * hd]
@@ -102,7 +99,7 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   float* ms = accs + kWarps * kHeads * hd;        // [kWarps, kHeads]
   float* ls = ms + kWarps * kHeads;               // [kWarps, kHeads]
   const int64_t r = row0 + blockIdx.x;
-  const int pieces = (group + kHeads - 1) / kHeads;  // head pieces per KV head
+  const int pieces = head_pieces(group);
   const int kvh = int(blockIdx.y) / pieces, h0 = kvh * group + (int(blockIdx.y) % pieces) * kHeads;
   const int nh = min(kHeads, kvh * group + group - h0);  // heads of this block: h0 .. h0 + nh - 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -280,8 +277,7 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
     const size_t n = size_t(rows) * p.n_heads * max_splits * (p.head_dim + 2);
     part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
   }
-  const int group = p.n_heads / p.n_kv_heads, pieces = (group + kHeads - 1) / kHeads;
-  dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * pieces), unsigned(max_splits));
+  dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * head_pieces(p.n_heads / p.n_kv_heads)), unsigned(max_splits));
   attention_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
       out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
       ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window,
@@ -306,8 +302,8 @@ int split_cap(const StepPlan& plan, const AttentionParams& p, bool grouped_heads
     return n;
   }();
   // blocks per row and split: a block per query head, or per kHeads of a GQA group (attention_kernel)
-  const int group = p.n_heads / p.n_kv_heads;
-  const int64_t per_row = grouped_heads ? int64_t(p.n_kv_heads) * ((group + kHeads - 1) / kHeads) : p.n_heads;
+  const int64_t per_row =
+      grouped_heads ? int64_t(p.n_kv_heads) * head_pieces(p.n_heads / p.n_kv_heads) : p.n_heads;
   const int64_t blocks = int64_t(plan.n_rows()) * per_row;
   const int64_t want = (2 * int64_t(n_sm) + blocks - 1) / blocks;
   return int(std::clamp<int64_t>(want, 1, kMaxSplits));

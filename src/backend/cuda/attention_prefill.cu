@@ -41,6 +41,7 @@
 
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/device_util.cuh"
+#include "ops/attention_prefill_limits.h"
 
 namespace kestrel::cuda {
 namespace {
@@ -49,12 +50,12 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kRows = 64;          // packed (token, head) rows per block
 constexpr int kWarps = 4;          // 16 rows each
-constexpr int kMinRows = 64;       // a step takes this kernel when one of its sequences has this many new rows
-constexpr int kSegKeys = 2048;     // key positions per segment (absolute grid)
-constexpr size_t kPartialBudget = size_t(256) << 20;  // scratch bytes for one launch's partial results
-std::atomic<size_t> g_partial_budget{kPartialBudget};  // set_attention_prefill_partial_budget
-constexpr size_t kCopyBudget = size_t(1) << 30;  // BF16 copy of one group of sequences' keys
-std::atomic<size_t> g_copy_budget{kCopyBudget};        // set_attention_prefill_budgets
+using attention_prefill::kCopyBudget;
+using attention_prefill::kMinRows;
+using attention_prefill::kPartialBudget;
+using attention_prefill::kSegKeys;
+std::atomic<size_t> g_partial_budget{kPartialBudget};  // set_attention_prefill_budgets
+std::atomic<size_t> g_copy_budget{kCopyBudget};
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory for head size HD, each BF16 operand once (SPLIT false) or as a hi/lo pair. Row
@@ -81,10 +82,6 @@ static_assert(Layout<256, true>::bytes <= 227 * 1024, "split head_dim 256 must f
 static_assert(Layout<256, false>::bytes <= 113 * 1024, "head_dim 256 should leave room for two blocks an SM");
 static_assert(Layout<128, true>::bytes <= 113 * 1024, "split head_dim 128 should leave room for two blocks an SM");
 static_assert(kSegKeys % 64 == 0, "segments hold whole key tiles");
-
-__device__ __forceinline__ int first_key_of(int pos, int window) {
-  return (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-}
 
 // Stores 4 floats as BF16 at hi (8-byte aligned), and with SPLIT their remainders x - bf16(x),
 // rounded to BF16, at lo: hi + lo carries ~16 significant bits of x.
@@ -247,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
   // The tile's key range and each warp's (to skip key tiles that mask all of its rows).
   int lo = INT32_MAX, hi = -1, wlo = INT32_MAX, whi = -1;
   for (int r = 0; r < n_rows; ++r) {
-    const int pos = rpos[r], f = first_key_of(pos, a.window);
+    const int pos = rpos[r], f = int(first_key(pos, a.window));
     lo = min(lo, f);
     hi = max(hi, pos);
     if (r / 16 == warp) {
@@ -262,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
   int row_pos[2], row_first[2];
   for (int i = 0; i < 2; ++i) {
     row_pos[i] = rpos[wrow + g + 8 * i];
-    row_first[i] = row_pos[i] >= 0 ? first_key_of(row_pos[i], a.window) : INT32_MAX;
+    row_first[i] = row_pos[i] >= 0 ? int(first_key(row_pos[i], a.window)) : INT32_MAX;
   }
   auto partial_index = [&](int r) {  // (slot, step row, head) of packed row r
     return (int64_t(zl) * a.T + r0 + r / G) * a.n_heads + kvh * G + r % G;
@@ -547,7 +544,7 @@ void launch_for(const Context& ctx, const Tensor& out, const Tensor& q, const Kv
       lo_pos = std::min(lo_pos, plan.positions[size_t(r)]);
       hi_pos = std::max(hi_pos, plan.positions[size_t(r)]);
     }
-    const int32_t first = (p.window > 0 && lo_pos - p.window + 1 > 0) ? lo_pos - p.window + 1 : 0;
+    const int32_t first = int32_t(first_key(lo_pos, p.window));
     ranges[i] = KeyRange{.base = base, .first = first, .n = hi_pos - first + 1};
     base += ranges[i].n;
   }

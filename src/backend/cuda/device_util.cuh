@@ -118,6 +118,12 @@ __device__ __forceinline__ float warp_dot(const float* __restrict__ x, const W* 
   return warp_sum(acc);
 }
 
+// The first key position a query at `pos` attends (causal, with a sliding window of `window`
+// positions when window > 0): it attends [first_key, pos].
+__host__ __device__ __forceinline__ int64_t first_key(int64_t pos, int window) {
+  return (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }

@@ -5,12 +5,13 @@
 //
 // Matmul tolerance, per output element, with S = sum_i |w_i x_i| (the reference is the double
 // dot of the dequantized row, rounded once), u = 2^-24, gamma(n) = n u / (1 - n u):
-//  - GEMV path (T <= 8, and every T in deterministic mode), Q4_K / Q6_K / Q8_0 (quant_gemv.cuh):
-//    a lane sums x * q over each run of 16 elements (an FMA chain) and applies the run's scale s
-//    and min m once (s * sum(x q) - m * sum(x)); an element's product passes through at most
-//    16 (chain) + 3 (scale, min, run pair) + ceil(K / 1024) (the lane's steps) + 5 (warp tree)
-//    roundings, and ggml's dequantized w_i is within 2u (|s q_i| + |m|) of s q_i - m, so
-//    |err| <= gamma(26 + ceil(K / 1024)) * S', S' = sum_i |x_i| (|s q_i| + |m|)
+//  - GEMV path (T <= 8, and every T in deterministic mode), Q4_K / Q6_K / Q8_0 (quant_gemv.cuh,
+//    quant_gemv_q4k.cuh): a lane sums x * q over each run of 16 elements (an FMA chain) and
+//    applies the run's scale s and min m once (s * sum(x q) - m * sum(x)); an element's product
+//    passes through at most n roundings, n = 16 (chain) + 3 (scale, min, run pair) +
+//    ceil(K / 1024) (the lane's steps) + 5 (warp tree) for Q6_K / Q8_0 and
+//    q4k_gemv::roundings(K) for Q4_K (its lanes' geometry), and ggml's dequantized w_i is within
+//    2u (|s q_i| + |m|) of s q_i - m, so |err| <= gamma(n) * S', S' = sum_i |x_i| (|s q_i| + |m|)
 //    <= sum_i |x_i| (|w_i| + 2 |m_i|) / (1 - 2u), m_i read back by dequantizing the block with
 //    its quants zeroed (S' = S up to rounding for the formats without a min). Folding the min
 //    out of the sum is what makes S' (not S) the scale: s q and m may nearly cancel in w.
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <functional>
 
+#include "backend/cuda/q4k_gemv_geometry.h"
 #include "gpu_test_util.h"
 #include "ops/step_plan.h"
 #include "quant/blocks.h"
@@ -93,7 +95,7 @@ class QuantGpuTest : public GpuTest {
     const std::vector<float> o = down(out);
     const double u = std::ldexp(1.0, -24);
     const bool units = gemv && unit_gemv(w.dtype);
-    const double n_round = 26.0 + double((K + 1023) / 1024);
+    const double n_round = w.dtype == DType::kQ4_K ? double(q4k_gemv::roundings(K)) : 26.0 + double((K + 1023) / 1024);
     const double bound = units  ? n_round * u / (1 - n_round * u) / (1 - 2 * u)
                          : gemv ? (15.0 + double(K) / 256) * u
                                 : std::ldexp(1.0, -14) + double(K + 4) * u;
@@ -173,6 +175,30 @@ TEST_F(QuantGpuTest, MatmulRowsBitIdenticalToAlone) {
       }
     }
     cuda().set_deterministic(false);
+  }
+}
+
+// The Q4_K GEMV's geometry follows K (q4k_gemv_geometry.h): L lanes a column (16 for 16 or 48
+// super-blocks, 4 for 12, 2 for 14, 1 for an odd count), staged tiles of 64 / R super-blocks
+// (several per launch past 64, i.e. K > 16384 for one row, K > 2048 for 8). Each against the
+// reference, over a partial last block of columns, and each row's bits the same alone as
+// among 8 (whose tiles are smaller).
+TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
+  for (int64_t K : {256, 2816, 3072, 3584, 4096, 12288, 20480}) {
+    const int64_t N = 45;
+    Buffer w = quantized(DType::kQ4_K, N, K), dw = up(w);
+    Buffer x = random(8, K), dx = up(x), all = gpu().alloc(DType::kF32, 8, N);
+    const double e = check_matmul(x, w, true, "Q4_K K=" + std::to_string(K));
+    gpu().matmul(all, dx, dw);
+    const std::vector<float> a = down(all);
+    for (int r : {0, 5}) {
+      Buffer one = gpu().alloc(DType::kF32, 1, N);
+      gpu().matmul(one, dx.view().rows_slice(r, 1), dw);
+      const std::vector<float> o = down(one);
+      EXPECT_EQ(0, std::memcmp(o.data(), a.data() + size_t(r) * N, size_t(N) * 4)) << "K=" << K << " row " << r;
+    }
+    std::printf("Q4K K=%ld lanes %d roundings %d worst |err|/S' %.2e\n", long(K),
+                q4k_gemv::lanes(K / 256), q4k_gemv::roundings(K), e);
   }
 }
 

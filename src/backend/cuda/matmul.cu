@@ -1,8 +1,8 @@
 // matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32 or a ggml
 // block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
-// Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K, Q6_K and
-// Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain GEMV code with each 8 weights
+// Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K its own
+// (quant_gemv_q4k.cuh), Q6_K and Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain GEMV code with each 8 weights
 // decoded in registers to ggml's dequantized values (quant_blocks.cuh),
 // so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
 // BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
@@ -21,9 +21,10 @@
 //    1 term is plain BF16 activations. Up to 256 rows the terms are stacked into one GEMM (the
 //    weights read once); beyond, one GEMM per term. See docs/cuda.md for what each costs in parity and time.
 //    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
+#include <mutex>
 #include <utility>
 
-#include "backend/cuda/quant_gemv.cuh"
+#include "backend/cuda/quant_gemv_q4k.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -178,31 +179,38 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
   else gemv_rows_block<Q, R>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
 }
 
-// Output columns per warp of the block GEMV over R rows: the unit GEMV takes 2 for one row
+// Output columns per warp of the block GEMV over R rows (Q4_K: q4k_gemv::warp_columns(K), 2 a
+// lane whatever R): the unit GEMV (Q6_K, Q8_0) takes 2 for one row
 // (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
 // 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
 inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
-inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R) {
+inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R, int64_t K) {
+  if (dt == DType::kQ4_K) return ceil_div(N, kGemvWarps * q4k_gemv::warp_columns(K));
   return ceil_div(N, kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols));
 }
+// The largest dynamic shared memory a launch asks for (Q4_K's staged rows: 71 KB for one row,
+// up to 142 KB for 8); the kernels are opted in to it once.
+constexpr size_t kQ4kSmemMax = size_t(160) << 10;
 
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
-// kernel holds only the unit GEMV and, for one row, is capped at 80 registers (3 blocks per SM;
-// ptxas spills one register); R > 1 is not capped (at 128 registers it spilled ~140 bytes and
-// T = 8 ran at 60% of the speed; uncapped it needs up to 255, no spills).
+// kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM:
+// the Q4_K GEMV takes 124 without spilling; capped at 80 for 3 blocks it spilled and measured
+// 1774 / 1524 GB/s against 1695 / 1638, and the same 9B Q4_K_M decode); R > 1 is not capped (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of
+// the speed; uncapped it needs up to 255, no spills).
 // The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 template <int R, bool kUnitsOnly>
-__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 3 : 1)
+__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
   int m = 0;
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
+  extern __shared__ __align__(16) float q4k_smem[];  // q4k_gemv::smem_bytes(K, R) when a matrix is Q4_K
   const DType dt = t.dtype[m];
-  if (dt == DType::kQ4_K) gemv_units_block<UQ4_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  if (dt == DType::kQ4_K) gemv_q4k_block<R, kGemvWarps>(t.out[m], x, t.w[m], K, t.n[m], block, q4k_smem);
   else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
   else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
   else if constexpr (!kUnitsOnly) {
@@ -367,21 +375,34 @@ void launch_cublas_f32(const Context& ctx, float* out, const float* x, const flo
                            &beta, out, int(N)));
 }
 
+template <int R, bool kUnitsOnly>
+void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
+  static std::once_flag opted_in;
+  std::call_once(opted_in, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kUnitsOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kQ4kSmemMax)));
+  });
+  bool q4k = false;
+  for (int m = 0; m < mt.count; ++m) q4k = q4k || mt.dtype[m] == DType::kQ4_K;
+  const size_t smem = q4k ? q4k_gemv::smem_bytes(K, R) : 0;
+  KCHECK_MSG(smem <= kQ4kSmemMax, "matmul: Q4_K staging of ", smem, " bytes");
+  gemv_multi_quant_kernel<R, kUnitsOnly><<<unsigned(blocks), kGemvWarps * 32, smem, stream>>>(mt, x, K);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <bool kUnitsOnly>
 void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
                             int64_t K) {
-  const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
   switch (T) {
-    case 1: gemv_multi_quant_kernel<1, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 2: gemv_multi_quant_kernel<2, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 3: gemv_multi_quant_kernel<3, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 4: gemv_multi_quant_kernel<4, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 5: gemv_multi_quant_kernel<5, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 6: gemv_multi_quant_kernel<6, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    case 7: gemv_multi_quant_kernel<7, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
-    default: gemv_multi_quant_kernel<8, kUnitsOnly><<<grid, block, 0, stream>>>(mt, x, K); break;
+    case 1: launch_gemv_quant_kernel<1, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    case 2: launch_gemv_quant_kernel<2, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    case 3: launch_gemv_quant_kernel<3, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    case 4: launch_gemv_quant_kernel<4, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    case 5: launch_gemv_quant_kernel<5, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    case 6: launch_gemv_quant_kernel<6, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    case 7: launch_gemv_quant_kernel<7, kUnitsOnly>(stream, mt, blocks, x, K); break;
+    default: launch_gemv_quant_kernel<8, kUnitsOnly>(stream, mt, blocks, x, K); break;
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
@@ -412,7 +433,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
     for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
       const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
       mt.out[0] = out.f32() + r0 * N;
-      mt.block_end[0] = gemv_quant_blocks(w.dtype, N, rows);
+      mt.block_end[0] = gemv_quant_blocks(w.dtype, N, rows, K);
       launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
     }
     return;
@@ -515,7 +536,7 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     mt.out[m] = targets[size_t(m)].out.f32();
     mt.n[m] = targets[size_t(m)].w.rows;
     mt.dtype[m] = targets[size_t(m)].w.dtype;
-    blocks += quant ? gemv_quant_blocks(mt.dtype[m], mt.n[m], T) : ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
+    blocks += quant ? gemv_quant_blocks(mt.dtype[m], mt.n[m], T, K) : ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
     mt.block_end[m] = blocks;
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");

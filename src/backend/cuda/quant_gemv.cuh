@@ -1,12 +1,11 @@
-// The bandwidth-bound block GEMV for Q4_K, Q6_K and Q8_0 (matmul.cu's gemv_multi_quant_kernel).
+// The bandwidth-bound block GEMV for Q6_K and Q8_0 (matmul.cu's gemv_multi_quant_kernel; Q4_K has
+// its own, quant_gemv_q4k.cuh, and this file's unit GEMV is where it came from).
 //
-// A lane takes a whole unit of 32 elements of one weight row per step: 16 bytes of Q4_K quants
-// (with the super-block header once), 16 bytes of Q6_K low bits and 16 of high bits, or one
-// Q8_0 block. A unit is two runs of 16 elements, each run under one scale (and min). The lane
-// unpacks the quants with word-wide masks and byte permutes into float magic numbers (2^23 + q,
-// then one subtraction gives q exactly), sums x * q over each run in F32 (an FMA chain), and
-// applies the run's scale and min once: scale * sum(x * q) - min * sum(x), with sum(x) per run
-// computed once per lane and shared by the warp's columns. 32 lanes cover 1024 consecutive
+// A lane takes a whole unit of 32 elements of one weight row per step: 16 bytes of Q6_K low bits
+// and 16 of high bits, or one Q8_0 block. A unit is two runs of 16 elements, each run under one
+// scale. The lane unpacks the quants with word-wide masks and byte permutes into float magic
+// numbers (2^23 + q, then one subtraction gives q exactly), sums x * q over each run in F32 (an
+// FMA chain), and applies the run's scale once. 32 lanes cover 1024 consecutive
 // elements (4 super-blocks / 32 Q8_0 blocks) per step, so a warp's loads coalesce, and one step
 // is exactly matmul.cu's 1024-column activation tile; with one row, each lane loads its next
 // unit's weights while it computes the current one.
@@ -14,12 +13,10 @@
 // Every row's sum runs in the same order whatever the number of rows R, so a row is bit-identical
 // alone or batched; all roundings are explicit (__fmaf_rn / __fmul_rn / __fadd_rn).
 //
-// Error (u = 2^-24; s_i, m_i: element i's run scale and min, q_i its quant, so the exact weight
-// is s_i q_i - m_i and ggml's dequantized w_i is within 2u (|s_i q_i| + |m_i|) of it): an
-// element's product passes through at most 16 (run chain) + 3 (scale, min, run pair) +
-// ceil(K / 1024) (the lane's steps) + 5 (warp tree) roundings, so against the double dot of the
-// dequantized weights |err| <= gamma(26 + ceil(K / 1024)) * S', S' = sum_i |x_i| (|s_i q_i| + |m_i|)
-// (S' = sum |w_i x_i| up to rounding for the formats without a min). See docs/cuda.md.
+// Error (u = 2^-24): an element's product passes through at most 16 (run chain) + 3 (scale, run
+// pair) + ceil(K / 1024) (the lane's steps) + 5 (warp tree) roundings, so against the double dot
+// of the dequantized weights |err| <= gamma(26 + ceil(K / 1024)) * sum_i |w_i x_i|. See
+// docs/cuda.md.
 #pragma once
 
 #include "backend/cuda/quant_blocks.cuh"
@@ -50,67 +47,10 @@ __device__ __forceinline__ void ld16_a2(const uint8_t* p, uint32_t (&o)[4]) {
   o[3] = mis ? __byte_perm(w3, w4, sel) : w3;
 }
 
-// A unit's runs' scales and mins (mins zero for the symmetric formats); each format's
+// A unit's runs' scales; each format's
 // quants<kB>(raw, unit, q) gives run A's (kB false) or run B's 16 quants as floats (q exactly).
 struct Scales {
-  float sa, sb, ma, mb;
-};
-
-// Q4_K unit u (0..7) of a super-block: chunk c = u / 2, l0 = 16 (u % 2); run A = elements
-// 64c + l0 + [0, 16) (low nibbles, sub-block 2c), run B = 64c + 32 + l0 + [0, 16) (high nibbles,
-// sub-block 2c + 1).
-struct UQ4_K {
-  using Q = QQ4_K;
-  static constexpr bool kMin = true;
-  __device__ __forceinline__ static int run_a(int u) { return 64 * (u >> 1) + 16 * (u & 1); }
-  __device__ __forceinline__ static int run_b(int u) { return run_a(u) + 32; }
-  struct Raw {
-    uint4 head, qs;
-  };
-  __device__ __forceinline__ static void load(const uint8_t* row, int64_t unit, Raw& r) {
-    const uint8_t* b = row + (unit >> 3) * Q::kBlockBytes;  // 144 bytes: 16-byte aligned
-    const int u = int(unit & 7);
-    r.head = __ldg(reinterpret_cast<const uint4*>(b));
-    r.qs = __ldg(reinterpret_cast<const uint4*>(b + 16 + 32 * (u >> 1) + 16 * (u & 1)));
-  }
-  __device__ __forceinline__ static void decode(const Raw& r, int64_t unit, Scales& o) {
-    const int u = int(unit & 7), j = 2 * (u >> 1);  // sub-blocks j, j + 1
-    const float d = f16_bits_to_f32(uint16_t(r.head.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(r.head.x >> 16));
-    // scales[0..11] = bytes of head.y, head.z, head.w (get_scale_min_k4 for j and j + 1)
-    const uint32_t s03 = r.head.y, s47 = r.head.z, s8b = r.head.w;
-    uint32_t sc0, sc1, m0, m1;
-    if (j < 4) {
-      sc0 = (s03 >> (8 * j)) & 63;
-      sc1 = (s03 >> (8 * j + 8)) & 63;
-      m0 = (s47 >> (8 * j)) & 63;
-      m1 = (s47 >> (8 * j + 8)) & 63;
-    } else {
-      const int i = j - 4;  // 0 or 2
-      const uint32_t lo0 = (s8b >> (8 * i)) & 0xFF, lo1 = (s8b >> (8 * i + 8)) & 0xFF;
-      const uint32_t a0 = (s03 >> (8 * i)) & 0xFF, a1 = (s03 >> (8 * i + 8)) & 0xFF;
-      const uint32_t b0 = (s47 >> (8 * i)) & 0xFF, b1 = (s47 >> (8 * i + 8)) & 0xFF;
-      sc0 = (lo0 & 0xF) | ((a0 >> 6) << 4);
-      sc1 = (lo1 & 0xF) | ((a1 >> 6) << 4);
-      m0 = (lo0 >> 4) | ((b0 >> 6) << 4);
-      m1 = (lo1 >> 4) | ((b1 >> 6) << 4);
-    }
-    o.sa = __fmul_rn(d, float(sc0));
-    o.sb = __fmul_rn(d, float(sc1));
-    o.ma = __fmul_rn(dmin, float(m0));
-    o.mb = __fmul_rn(dmin, float(m1));
-  }
-  template <bool kB>
-  __device__ __forceinline__ static void quants(const Raw& r, int64_t, float (&q)[16]) {
-    const uint32_t w[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t v = (kB ? w[k] >> 4 : w[k]) & 0x0F0F0F0Fu;
-      q[4 * k + 0] = __fsub_rn(magic_byte<0>(v), kMagic);
-      q[4 * k + 1] = __fsub_rn(magic_byte<1>(v), kMagic);
-      q[4 * k + 2] = __fsub_rn(magic_byte<2>(v), kMagic);
-      q[4 * k + 3] = __fsub_rn(magic_byte<3>(v), kMagic);
-    }
-  }
+  float sa, sb;
 };
 
 // Q6_K unit u (0..7): half c = u / 4, s = (u / 2) % 2, l0 = 16 (u % 2); run A = elements
@@ -119,7 +59,6 @@ struct UQ4_K {
 // 210 bytes, so only 2-byte aligned: ld16_a2.
 struct UQ6_K {
   using Q = QQ6_K;
-  static constexpr bool kMin = false;
   __device__ __forceinline__ static int run_a(int u) { return 128 * (u >> 2) + 32 * ((u >> 1) & 1) + 16 * (u & 1); }
   __device__ __forceinline__ static int run_b(int u) { return run_a(u) + 64; }
   struct Raw {
@@ -141,7 +80,6 @@ struct UQ6_K {
     const float d = f16_bits_to_f32(r.d);
     o.sa = __fmul_rn(d, float(r.sa));
     o.sb = __fmul_rn(d, float(r.sb));
-    o.ma = o.mb = 0.0f;
   }
   template <bool kB>
   __device__ __forceinline__ static void quants(const Raw& r, int64_t unit, float (&q)[16]) {
@@ -165,7 +103,6 @@ struct UQ6_K {
 // aligned, then realigned by byte permutes; from qs when qs is) plus one 2-byte load.
 struct UQ8_0 {
   using Q = QQ8_0;
-  static constexpr bool kMin = false;
   __device__ __forceinline__ static int run_a(int u) { return 32 * u; }
   __device__ __forceinline__ static int run_b(int u) { return 32 * u + 16; }
   struct Raw {
@@ -182,7 +119,6 @@ struct UQ8_0 {
   }
   __device__ __forceinline__ static void decode(const Raw& r, int64_t, Scales& o) {
     o.sa = o.sb = f16_bits_to_f32(uint16_t(r.at_block ? r.w[0] & 0xFFFF : r.extra));
-    o.ma = o.mb = 0.0f;
   }
   template <bool kB>
   __device__ __forceinline__ static void quants(const Raw& r, int64_t, float (&q)[16]) {
@@ -207,12 +143,6 @@ __device__ __forceinline__ float run_dot(const float (&x)[16], const float (&q)[
   for (int i = 0; i < 16; ++i) s = __fmaf_rn(x[i], q[i], s);
   return s;
 }
-__device__ __forceinline__ float run_sum(const float (&x)[16]) {
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) s = __fadd_rn(s, x[i]);
-  return s;
-}
 __device__ __forceinline__ void load_run(const float* __restrict__ p, float (&x)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; i += 4) {
@@ -224,13 +154,10 @@ __device__ __forceinline__ void load_run(const float* __restrict__ p, float (&x)
   }
 }
 
-// A unit's contribution: sa * A + sb * B (Q6_K, Q8_0 as sa * (A + B): same scale) minus the mins.
+// A unit's contribution: sa * A + sb * B (Q8_0 as sa * (A + B): same scale).
 template <typename U>
-__device__ __forceinline__ float unit_partial(const Scales& w, float pa, float pb, float xa, float xb) {
-  if constexpr (U::kMin)
-    return __fadd_rn(__fsub_rn(__fmul_rn(w.sa, pa), __fmul_rn(w.ma, xa)),
-                     __fsub_rn(__fmul_rn(w.sb, pb), __fmul_rn(w.mb, xb)));
-  else if constexpr (std::is_same_v<U, UQ8_0>)
+__device__ __forceinline__ float unit_partial(const Scales& w, float pa, float pb) {
+  if constexpr (std::is_same_v<U, UQ8_0>)
     return __fmul_rn(w.sa, __fadd_rn(pa, pb));
   else
     return __fadd_rn(__fmul_rn(w.sa, pa), __fmul_rn(w.sb, pb));
@@ -303,14 +230,13 @@ __device__ __forceinline__ void gemv_units_block(float* __restrict__ out,       
 #pragma unroll
     for (int c = 0; c < kCols; ++c) U::decode(raw[c], unit, sc[c]);
     // run A of every column, each row's 16 activations read once for the warp's columns
-    float q[kCols][16], pa[R][kCols], xa[R];
+    float q[kCols][16], pa[R][kCols];
 #pragma unroll
     for (int c = 0; c < kCols; ++c) U::template quants<false>(raw[c], unit, q[c]);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float xr[16];
       load_run(xt + r * xstride + oa, xr);
-      xa[r] = U::kMin ? run_sum(xr) : 0.0f;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) pa[r][c] = run_dot(xr, q[c]);
     }
@@ -321,10 +247,9 @@ __device__ __forceinline__ void gemv_units_block(float* __restrict__ out,       
     for (int r = 0; r < R; ++r) {
       float xr[16];
       load_run(xt + r * xstride + ob, xr);
-      const float xb = U::kMin ? run_sum(xr) : 0.0f;
 #pragma unroll
       for (int c = 0; c < kCols; ++c)
-        acc[r][c] = __fadd_rn(acc[r][c], unit_partial<U>(sc[c], pa[r][c], run_dot(xr, q[c]), xa[r], xb));
+        acc[r][c] = __fadd_rn(acc[r][c], unit_partial<U>(sc[c], pa[r][c], run_dot(xr, q[c])));
     }
   }
   if (n0 >= N) return;

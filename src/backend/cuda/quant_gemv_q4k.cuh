@@ -8,7 +8,8 @@
 //    (l, l + L, ..), and a lane computes 2 columns, so one read of x serves both. A lane steps
 //    through a super-block's 4 chunks of 64 elements (32 quant bytes: sub-blocks 2c in the low
 //    nibbles, 2c + 1 in the high) with every lane at the same chunk c, which the loop unrolls: the
-//    6-bit scale decoding has no branch, and d / dmin and the addresses are per super-block.
+//    6-bit scale decoding has no branch, and a chunk's decoding and addressing serve 64 weights a
+//    column where the unit GEMV's served 32.
 //  - A quant nibble permuted into an otherwise zero word IS the float q * 2^-149 (a subnormal,
 //    exact), so a weight costs a permute and an FMA. The rows of x are staged in shared memory
 //    times 2^64 (exact): each product x 2^64 * q 2^-149 is the exact x * q scaled by 2^-85, so the
@@ -137,23 +138,10 @@ __device__ __forceinline__ void chunk(const Chunk (&w)[2], const float* __restri
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const float* xp = xs + r * row_stride + x_at(kb + 32 * h + 16 * run);
         float xr[16];
+        load_run(xs + r * row_stride + x_at(kb + 32 * h + 16 * run), xr);
 #pragma unroll
-        for (int i = 0; i < 16; i += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(xp + i);
-          xr[i] = v.x;
-          xr[i + 1] = v.y;
-          xr[i + 2] = v.z;
-          xr[i + 3] = v.w;
-        }
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float s = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 16; ++i) s = __fmaf_rn(xr[i], q[j][i], s);
-          p[r][j][run] = s;
-        }
+        for (int j = 0; j < 2; ++j) p[r][j][run] = run_dot(xr, q[j]);
       }
     }
 #pragma unroll

@@ -82,6 +82,17 @@ class QuantGpuTest : public GpuTest {
     }
     return f;
   }
+  // Each of `rows` multiplied alone gives the bits it had in `all` (the product of every row of dx).
+  void expect_rows_as_alone(const Buffer& dx, const Buffer& dw, const std::vector<float>& all,
+                            std::initializer_list<int> rows, const std::string& what) {
+    const int64_t N = dw.view().rows;
+    for (int r : rows) {
+      Buffer one = gpu().alloc(DType::kF32, 1, N);
+      gpu().matmul(one, dx.view().rows_slice(r, 1), dw);
+      const std::vector<float> o = down(one);
+      EXPECT_EQ(0, std::memcmp(o.data(), all.data() + size_t(r) * N, size_t(N) * 4)) << what << " row " << r;
+    }
+  }
   static bool unit_gemv(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
   CudaOps& cuda() { return static_cast<CudaOps&>(gpu()); }
 
@@ -95,7 +106,8 @@ class QuantGpuTest : public GpuTest {
     const std::vector<float> o = down(out);
     const double u = std::ldexp(1.0, -24);
     const bool units = gemv && unit_gemv(w.dtype);
-    const double n_round = w.dtype == DType::kQ4_K ? double(q4k_gemv::roundings(K)) : 26.0 + double((K + 1023) / 1024);
+    const double n_round =
+        w.dtype == DType::kQ4_K ? double(q4k_gemv::roundings(K)) : 26.0 + double((K + 1023) / 1024);
     const double bound = units  ? n_round * u / (1 - n_round * u) / (1 - 2 * u)
                          : gemv ? (15.0 + double(K) / 256) * u
                                 : std::ldexp(1.0, -14) + double(K + 4) * u;
@@ -165,14 +177,8 @@ TEST_F(QuantGpuTest, MatmulRowsBitIdenticalToAlone) {
       const int T = det ? 300 : 8;
       Buffer x = random(T, K), dx = up(x), all = gpu().alloc(DType::kF32, T, N);
       gpu().matmul(all, dx, dw);
-      const std::vector<float> a = down(all);
-      for (int r : {0, 3, T - 1}) {
-        Buffer one = gpu().alloc(DType::kF32, 1, N);
-        gpu().matmul(one, dx.view().rows_slice(r, 1), dw);
-        const std::vector<float> o = down(one);
-        EXPECT_EQ(0, std::memcmp(o.data(), a.data() + size_t(r) * N, size_t(N) * 4))
-            << dtype_name(dt) << (det ? " deterministic" : "") << " row " << r;
-      }
+      expect_rows_as_alone(dx, dw, down(all), {0, 3, T - 1},
+                           std::string(dtype_name(dt)) + (det ? " deterministic" : ""));
     }
     cuda().set_deterministic(false);
   }
@@ -180,9 +186,10 @@ TEST_F(QuantGpuTest, MatmulRowsBitIdenticalToAlone) {
 
 // The Q4_K GEMV's geometry follows K (q4k_gemv_geometry.h): L lanes a column (16 for 16 or 48
 // super-blocks, 4 for 12, 2 for 14, 1 for an odd count), staged tiles of 64 / R super-blocks
-// (several per launch past 64, i.e. K > 16384 for one row, K > 2048 for 8). Each against the
-// reference, over a partial last block of columns, and each row's bits the same alone as
-// among 8 (whose tiles are smaller).
+// rounded down to a multiple of L, at least L (several per launch past 64 super-blocks, i.e.
+// K > 16384, for one row; for 8 rows past 8 or L of them, e.g. K = 12288 and 20480). Each
+// against the reference, over a partial last block of columns, and each row's bits the same
+// alone as among 8 (whose tiles are smaller).
 TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
   for (int64_t K : {256, 2816, 3072, 3584, 4096, 12288, 20480}) {
     const int64_t N = 45;
@@ -190,13 +197,7 @@ TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
     Buffer x = random(8, K), dx = up(x), all = gpu().alloc(DType::kF32, 8, N);
     const double e = check_matmul(x, w, true, "Q4_K K=" + std::to_string(K));
     gpu().matmul(all, dx, dw);
-    const std::vector<float> a = down(all);
-    for (int r : {0, 5}) {
-      Buffer one = gpu().alloc(DType::kF32, 1, N);
-      gpu().matmul(one, dx.view().rows_slice(r, 1), dw);
-      const std::vector<float> o = down(one);
-      EXPECT_EQ(0, std::memcmp(o.data(), a.data() + size_t(r) * N, size_t(N) * 4)) << "K=" << K << " row " << r;
-    }
+    expect_rows_as_alone(dx, dw, down(all), {0, 5}, "Q4_K K=" + std::to_string(K));
     std::printf("Q4K K=%ld lanes %d roundings %d worst |err|/S' %.2e\n", long(K),
                 q4k_gemv::lanes(K / 256), q4k_gemv::roundings(K), e);
   }

@@ -2,9 +2,9 @@
 // block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
 // Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K its own
-// (quant_gemv_q4k.cuh), Q6_K and Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain GEMV code with each 8 weights
-// decoded in registers to ggml's dequantized values (quant_blocks.cuh),
-// so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
+// (quant_gemv_q4k.cuh), Q6_K and Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain
+// GEMV code with each 8 weights decoded in registers to ggml's dequantized values
+// (quant_blocks.cuh), so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
 // BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
 // and runs cuBLAS on them (matmul_quant).
 //
@@ -198,8 +198,9 @@ constexpr size_t kQ4kSmemMax = size_t(160) << 10;
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
 // kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM:
 // the Q4_K GEMV takes 124 without spilling; capped at 80 for 3 blocks it spilled and measured
-// 1774 / 1524 GB/s against 1695 / 1638, and the same 9B Q4_K_M decode); R > 1 is not capped (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of
-// the speed; uncapped it needs up to 255, no spills).
+// 1774 / 1524 GB/s against 1695 / 1638, and the same 9B Q4_K_M decode); R > 1 is not capped
+// (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
+// up to 255, no spills).
 // The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 template <int R, bool kUnitsOnly>
 __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
@@ -385,7 +386,8 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   bool q4k = false;
   for (int m = 0; m < mt.count; ++m) q4k = q4k || mt.dtype[m] == DType::kQ4_K;
   const size_t smem = q4k ? q4k_gemv::smem_bytes(K, R) : 0;
-  KCHECK_MSG(smem <= kQ4kSmemMax, "matmul: Q4_K staging of ", smem, " bytes");
+  KCHECK_MSG(smem <= kQ4kSmemMax, "matmul: Q4_K staging of ", smem, " bytes for K = ", K, " and ", R,
+             " rows, past the ", kQ4kSmemMax, " bytes the kernel is opted in to");
   gemv_multi_quant_kernel<R, kUnitsOnly><<<unsigned(blocks), kGemvWarps * 32, smem, stream>>>(mt, x, K);
   CUDA_CHECK_LAUNCH();
 }

@@ -47,8 +47,8 @@ __device__ __forceinline__ void ld16_a2(const uint8_t* p, uint32_t (&o)[4]) {
   o[3] = mis ? __byte_perm(w3, w4, sel) : w3;
 }
 
-// A unit's runs' scales; each format's
-// quants<kB>(raw, unit, q) gives run A's (kB false) or run B's 16 quants as floats (q exactly).
+// A unit's runs' scales; each format's quants<kB>(raw, unit, q) gives run A's (kB false) or run
+// B's 16 quants as floats (q exactly).
 struct Scales {
   float sa, sb;
 };

@@ -104,7 +104,7 @@ CachePlan plan_cache(const ModelConfig& cfg, const CachePlanRequest& r) {
   p.in_use = r.device_total - r.device_free;
   p.reserve = activation_reserve(cfg, std::max(r.max_step_tokens, 1), std::max(r.max_logit_rows, 1), r.max_context,
                                  std::max(r.n_slots, 1));
-  const CacheCosts costs = cache_costs(cfg, r.block_size);
+  const CacheCosts costs = cache_costs(cfg, r.block_size, r.kv_elem_bytes);
   p.state_bytes = uint64_t(r.n_slots) * costs.bytes_per_slot;
   const std::string limit_text = cat("--gpu-memory allows ", human_bytes(double(p.limit)), " of the device's ",
                                      human_bytes(double(r.device_total)));

@@ -31,6 +31,7 @@ struct CachePlanRequest {
   int32_t max_step_tokens = 0; // rows of the largest step (sizes the activation reserve)
   int32_t max_logit_rows = 0;  // rows whose logits a step may produce
   int32_t block_size = 16;
+  size_t kv_elem_bytes = 4;    // bytes of a K/V element: 4 (F32), 2 (--kv-cache bf16)
 };
 
 struct CachePlan {

@@ -8,12 +8,12 @@ int32_t ring_rows(int window, int32_t block_size) {
   return int32_t((int64_t(window) + block_size - 1) / block_size + 1) * block_size;
 }
 
-CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size) {
+CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size, size_t kv_elem_bytes) {
   CacheCosts c;
   for (int l = 0; l < cfg.n_layers; ++l) {
     if (!cfg.is_attention(l) || cfg.kv_source(l) != l) continue;  // KV-shared layers own no cache
     const auto& a = cfg.attn_for(l);
-    const uint64_t row = 2 * uint64_t(a.n_kv_heads) * uint64_t(a.head_dim) * 4;
+    const uint64_t row = 2 * uint64_t(a.n_kv_heads) * uint64_t(a.head_dim) * kv_elem_bytes;
     if (cfg.window_for(l) > 0) {  // a ring per sequence
       c.bytes_per_slot += row * uint64_t(ring_rows(cfg.window_for(l), block_size));
       continue;
@@ -52,8 +52,8 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing)
           ring_rows_[size_t(l)] = ring_rows(cfg.window_for(l), sizing.block_size);
           layer_rows = int64_t(sizing.n_slots) * ring_rows_[size_t(l)];
         }
-        k_[size_t(l)] = ops.alloc(ops.activation_dtype(), layer_rows, kv_width);
-        v_[size_t(l)] = ops.alloc(ops.activation_dtype(), layer_rows, kv_width);
+        k_[size_t(l)] = ops.alloc(ops.kv_cache_dtype(), layer_rows, kv_width);
+        v_[size_t(l)] = ops.alloc(ops.kv_cache_dtype(), layer_rows, kv_width);
         if (!cfg.layer_attn.empty() && cfg.layer_attn[size_t(l)].index_key_dim > 0)
           index_k_[size_t(l)] = ops.alloc(ops.activation_dtype(), rows, cfg.layer_attn[size_t(l)].index_key_dim);
         break;

@@ -6,7 +6,8 @@
 // sliding layer, overwritten as the sequence advances, so their memory does not grow with the
 // context. Each attention layer's K/V rows have
 // that layer's own width (n_kv_heads x head_dim, which may differ between sliding and full
-// layers); a KV-shared layer owns no cache and kv() returns its source layer's. Linear-attention layers keep a conv
+// layers); a KV-shared layer owns no cache and kv() returns its source layer's. K/V rows take
+// the backend's kv_cache_dtype() (the activation dtype, or BF16). Linear-attention layers keep a conv
 // state and a recurrent state per sequence slot. Both are sized once, up front.
 #pragma once
 
@@ -25,12 +26,13 @@ struct CacheSizing {
   int32_t n_slots = 0;      // recurrent-state slots (sequences that can be live at once)
 };
 
-// Bytes the cache needs per KV block and per state slot (F32 activations), for memory plans.
+// Bytes the cache needs per KV block and per state slot (F32 activations; K/V rows of
+// kv_elem_bytes per element: 4 for F32, 2 for a BF16 cache), for memory plans.
 struct CacheCosts {
   uint64_t bytes_per_block = 0;
   uint64_t bytes_per_slot = 0;
 };
-CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size);
+CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size, size_t kv_elem_bytes = 4);
 // Rows of one sequence's ring in a sliding layer: ceil(window / block_size) + 1 blocks.
 int32_t ring_rows(int window, int32_t block_size);
 

@@ -35,6 +35,11 @@ void check_matmul_precision(const BackendOptions& o) {
               "attention; drop one of the two flags");
 }
 
+void check_kv_cache(const BackendOptions& o) {
+  if (o.kv_cache && *o.kv_cache != "f32" && *o.kv_cache != "bf16")
+    bad_input("--kv-cache must be f32 or bf16, got '", *o.kv_cache, "'");
+}
+
 }  // namespace
 
 BackendOptions backend_options(const Args& args) {
@@ -44,6 +49,8 @@ BackendOptions backend_options(const Args& args) {
   else if (precision != "f32") bad_input("--precision must be f32 or f64, got '", precision, "'");
   if (args.has("matmul-precision")) o.matmul_precision = args.get("matmul-precision");
   check_matmul_precision(o);
+  if (args.has("kv-cache")) o.kv_cache = args.get("kv-cache");
+  check_kv_cache(o);
   return o;
 }
 
@@ -53,8 +60,9 @@ std::string matmul_precision_report(const BackendOptions& options) {
   return options.matmul_precision.value_or(std::string(kMatmulPrecisions[0]));
 }
 
-std::unique_ptr<Ops> make_backend(const BackendOptions& options) {
-  check_matmul_precision(options);
+namespace {
+
+std::unique_ptr<Ops> make_ops(const BackendOptions& options) {
   if (options.activations != DType::kF32 && options.device != "cpu")
     unsupported("--precision f64 runs on the CPU backend only (--device cpu), not --device ", options.device);
   if (options.device == "cpu") return std::make_unique<CpuOps>(options.activations);  // batch-invariant already
@@ -78,6 +86,16 @@ std::unique_ptr<Ops> make_backend(const BackendOptions& options) {
 #endif
   }
   bad_input("--device must be cpu or cuda, got '", options.device, "'");
+}
+
+}  // namespace
+
+std::unique_ptr<Ops> make_backend(const BackendOptions& options) {
+  check_matmul_precision(options);
+  check_kv_cache(options);
+  std::unique_ptr<Ops> ops = make_ops(options);
+  ops->set_kv_cache_bf16(options.kv_bf16());
+  return ops;
 }
 
 }  // namespace kestrel::cli

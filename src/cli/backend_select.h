@@ -24,6 +24,11 @@ struct BackendOptions {
   // CUDA parse and check it too. Absent: not given, the backend's default (bf16x3). Refused on cpu,
   // and bf16 / bf16x2 with --deterministic (its matmuls are the F32 GEMV kernels, exact's).
   std::optional<std::string> matmul_precision;
+  // --kv-cache f32|bf16: the KV cache's dtype (Ops::set_kv_cache_bf16). Absent: f32 (the activation
+  // dtype) — keys and values as computed. bf16 halves the bytes decode attention reads, as other
+  // engines keep K/V at 16 bits, at a cost in accuracy (docs/cuda.md, "BF16 KV cache").
+  std::optional<std::string> kv_cache;
+  bool kv_bf16() const { return kv_cache && *kv_cache == "bf16"; }
 };
 
 // The --deterministic option's help line (commands append what it does for them).
@@ -41,6 +46,14 @@ inline constexpr const char* kMatmulPrecisionHelp =
     "every matmul and the F32 split-KV attention (slow; for diagnosis). Decode matmuls are F32 GEMV at any "
     "setting. Refused with --device cpu (F32, or F64, throughout), and with --deterministic unless bf16x3 or "
     "exact (its matmuls are exact's)";
+
+// The --kv-cache option's help line.
+inline constexpr const char* kKvCacheHelp =
+    "the KV cache's dtype. f32: keys and values as computed (F64 with --precision f64); bf16: stored (and "
+    "attended, the step's own too) rounded to BF16 — half the memory and half the bytes a decode step's "
+    "attention reads, at a cost in accuracy (the tiny test fixtures move by 1e-3 to 1 of their logits' RMS)";
+// The --kv-cache option's default as help shows it.
+inline constexpr const char* kKvCacheDefault = "f32";
 
 // --device (default cpu), --deterministic and --matmul-precision and, for commands that offer it,
 // --precision. Error naming the flag for a bad value or a combination the backend cannot honour.

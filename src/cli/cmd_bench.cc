@@ -165,17 +165,18 @@ int bench_cmd(const Args& args) {
   const ModelConfig& cfg = lm.config();
   const double copy_bw =
       ops->device() == Device::kCpu ? measure_copy_bandwidth() : measure_device_copy_bandwidth(*backend);
-  const CacheCosts costs = cache_costs(cfg, 16);
+  const CacheCosts costs = cache_costs(cfg, 16, dtype_size(ops->kv_cache_dtype()));
   std::mt19937 rng(1234);
 
   nlohmann::json results = nlohmann::json::array();
   const std::string device_name = ops->device_name();
   const std::string matmul_precision = matmul_precision_report(bo);  // empty on cpu
-  std::printf("model: %s (%s, %s params, %s of weights), device %s (%s)%s%s, %d threads\n", dir.c_str(),
+  const std::string kv_cache(dtype_name(ops->kv_cache_dtype()));
+  std::printf("model: %s (%s, %s params, %s of weights), device %s (%s)%s%s, KV cache %s, %d threads\n", dir.c_str(),
               cfg.model_type.c_str(), human_count(double(lm.model->parameter_count())).c_str(),
               human_bytes(double(lm.model->weight_bytes())).c_str(), ops->name(), device_name.c_str(),
               bo.deterministic ? " (deterministic)" : "",
-              matmul_precision.empty() ? "" : (", matmul precision " + matmul_precision).c_str(),
+              matmul_precision.empty() ? "" : (", matmul precision " + matmul_precision).c_str(), kv_cache.c_str(),
               ThreadPool::global().size());
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
   MatmulCeiling ceiling;
@@ -324,6 +325,7 @@ int bench_cmd(const Args& args) {
                         {"deterministic", bo.deterministic},
                         {"matmul_precision",  // null on cpu
                          matmul_precision.empty() ? nlohmann::json() : nlohmann::json(matmul_precision)},
+                        {"kv_cache", kv_cache},
                         {"threads", ThreadPool::global().size()}, {"copy_bandwidth_GBps", copy_bw / 1e9},
                         {"params", lm.model->parameter_count()}, {"weight_bytes", lm.model->weight_bytes()},
                         {"date", date}, {"command", args.get("command-line", "")}, {"results", results}};
@@ -344,7 +346,7 @@ const Registrar kReg{{
     .name = "bench",
     .summary = "measure prompt processing and token generation speed",
     .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] "
-             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic] [--json FILE]",
+             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
@@ -371,6 +373,7 @@ const Registrar kReg{{
                 {"command-line", "", "TEXT", "command recorded in the JSON"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "", kDeterministicHelp}},
     .run = bench_cmd,

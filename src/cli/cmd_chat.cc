@@ -22,6 +22,7 @@ int chat_cmd(const Args& args) {
   const BackendOptions bo = backend_options(args);
   mo.device = bo.device;
   mo.matmul_precision = bo.matmul_precision;
+  mo.kv_cache = bo.kv_cache;
   mo.max_running = 1;
   mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
   auto m = server::load_served_model(dir, mo);
@@ -101,7 +102,7 @@ const Registrar kReg{{
     .name = "chat",
     .summary = "chat with a model in the terminal",
     .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T] [--device cpu|cuda] "
-             "[--matmul-precision bf16x3|bf16x2|bf16|exact]",
+             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16]",
     .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
                "Type /reset to clear the conversation and /exit (or end of input) to quit.",
     .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
@@ -115,6 +116,7 @@ const Registrar kReg{{
                 {"ctx", "", "N", "context length", "8192"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"}},
     .run = chat_cmd,
 }};

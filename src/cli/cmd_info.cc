@@ -51,8 +51,9 @@ void print_text(const ModelInfo& info) {
     if (!c.is_attention(l) || c.kv_source(l) != l) continue;
     (c.window_for(l) > 0 ? rings : paged) += 1;
   }
+  const char* kv_dtype = info.plan.kv_bf16 ? "BF16" : "F32";
   row("kv cache", cat(human_bytes(double(info.kv_bytes_per_token)), " per token (", paged,
-                      paged == 1 ? " attention layer, F32)" : " attention layers, F32)"));
+                      paged == 1 ? " attention layer, " : " attention layers, ", kv_dtype, ")"));
   if (info.state_bytes_per_seq > 0) {
     std::string parts;
     const int n_lin = c.count_layers(LayerKind::kLinearAttention);
@@ -73,6 +74,9 @@ int run_info(const Args& args) {
       .ctx = args.get_int("ctx", 4096, 1, int64_t(1) << 24),
       .seqs = int32_t(args.get_int("seqs", 1, 1, 1 << 20)),
   };
+  const std::string kv = args.get("kv-cache", "f32");
+  if (kv != "f32" && kv != "bf16") bad_input("--kv-cache must be f32 or bf16, got '", kv, "'");
+  plan.kv_bf16 = kv == "bf16";
   ModelInfo info = model_info(args.require("model"), plan);
   if (args.flag("json")) {
     std::printf("%s\n", model_info_json(info).dump(1).c_str());
@@ -85,7 +89,7 @@ int run_info(const Args& args) {
 const Registrar kReg{{
     .name = "info",
     .summary = "show a model's architecture, parameter count and memory needs",
-    .usage = "kestrel info -m DIR|FILE.gguf [--ctx N] [--seqs N] [--json]",
+    .usage = "kestrel info -m DIR|FILE.gguf [--ctx N] [--seqs N] [--kv-cache f32|bf16] [--json]",
     .details = "Reads config.json and the safetensors headers, or a GGUF file's metadata and tensor table (no\n"
                "weights are loaded): architecture, layer pattern, shapes, parameter count of the text weights\n"
                "and their stored bytes (block formats at their quantized size), KV-cache bytes per token,\n"
@@ -93,6 +97,7 @@ const Registrar kReg{{
     .options = {{"model", "m", "DIR", "model directory (config.json + safetensors) or GGUF file", ""},
                 {"ctx", "", "N", "context length for the memory plan", "4096"},
                 {"seqs", "", "N", "sequences live at once for the memory plan", "1"},
+                {"kv-cache", "", "f32|bf16", "the KV cache's dtype for the memory plan (as kestrel run/serve --kv-cache)", "f32"},
                 {"json", "", "", "print one JSON object", ""}},
     .run = run_info,
 }};

@@ -68,7 +68,7 @@ const Registrar kReg{{
     .name = "parity",
     .summary = "check a model's logits against a reference computed by transformers",
     .usage = "kestrel parity -m DIR|FILE.gguf [--reference FILE] [--json] [--device cpu|cuda] [--precision f32|f64] "
-             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic]",
+             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic]",
     .details = "Runs every prompt of the reference file (default DIR/reference.safetensors): full-prompt\n"
                "logits, the greedy continuation with its step logits, and hidden states where present.\n"
                "Exit status 0 only when every prompt is within tolerance.",
@@ -80,6 +80,7 @@ const Registrar kReg{{
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"precision", "", "f32|f64",
                  "activation precision; f64 is the CPU backend's float64 oracle mode (about 2x slower)", "f32"},
+                {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "", kDeterministicHelp},
                 {"tolerance", "", "X", "max error relative to the logits' RMS", "1e-4 on cpu, 2e-2 on cuda"}},

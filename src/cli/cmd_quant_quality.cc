@@ -76,7 +76,7 @@ const Registrar kReg{{
     .name = "quant-quality",
     .summary = "KL divergence, top-1 agreement and perplexity of a quantized model against its source",
     .usage = "kestrel quant-quality -m QUANT.gguf|DIR --source HF_DIR [--text FILE] [--ctx 512] [--max-tokens 8192] "
-             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact]",
+             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16]",
     .details = "Both models read the same windows of the text (tokenized with the source's tokenizer.json);\n"
                "at every position the source's next-token distribution is the teacher: KL(source || quantized)\n"
                "in nats (mean, p90, p99, max), how often the two top-1 tokens agree, and each model's\n"
@@ -89,6 +89,7 @@ const Registrar kReg{{
                 {"max-tokens", "", "N", "tokens of the text to use", "8192"},
                 {"json", "", "FILE", "also write the figures as JSON"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"}},
     .run = run_quant_quality,
 }};

@@ -91,7 +91,7 @@ const Registrar kReg{{
     .name = "run",
     .summary = "generate a continuation of a prompt",
     .usage = "kestrel run -m DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [-n 16] "
-             "[--temperature T --top-k K --top-p P --seed S] [--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic]",
+             "[--temperature T --top-k K --top-p P --seed S] [--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic]",
     .details = "With --prompt, streams the generated text (the model directory's tokenizer.json, a GGUF's own tokenizer, or --tokenizer);\n"
                "with --prompt-ids, prints the generated token ids as a JSON array. Greedy unless --temperature > 0.\n"
                "Generation stops at the model's EOS ids (config.json / generation_config.json) unless --ignore-eos.",
@@ -111,6 +111,7 @@ const Registrar kReg{{
                 {"stats", "", "", "print prefill and decode speed to stderr", ""},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "", std::string(kDeterministicHelp) +
                                               "; --chunk must then be a multiple of 64 (the prompt split kestrel "

@@ -41,6 +41,7 @@ int serve_cmd(const Args& args) {
   const BackendOptions bo = backend_options(args);  // refuses a bad --matmul-precision before loading
   mo.device = bo.device;
   mo.matmul_precision = bo.matmul_precision;
+  mo.kv_cache = bo.kv_cache;
   mo.name = args.get("served-model-name", "");
   mo.max_running = int32_t(args.get_int("max-running", 16, 1, 4096));
   mo.max_context = args.get_int("ctx", 8192, 16, int64_t(1) << 24);
@@ -97,7 +98,7 @@ const Registrar kReg{{
     .name = "serve",
     .summary = "serve a model over an OpenAI-compatible HTTP API",
     .usage = "kestrel serve -m DIR [--host H] [--port P] [--api-key KEY] [--device cpu|cuda] "
-             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--deterministic]",
+             "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic]",
     .details = "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
                "(503 while loading), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
                "SIGTERM/SIGINT stop accepting requests, drain those in flight (--drain-timeout), then exit.",
@@ -123,6 +124,7 @@ const Registrar kReg{{
                 {"drain-timeout", "", "SECONDS", "how long in-flight requests may finish on shutdown", "30"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
+                {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "",
                  std::string(kDeterministicHelp) +

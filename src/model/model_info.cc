@@ -114,7 +114,7 @@ ModelInfo model_info(const std::string& dir, const MemoryPlanParams& plan) {
   const ModelConfig& cfg = info.config;
   info.layer_pattern = layer_pattern(cfg.layer_kinds);
   info.plan = plan;
-  const CacheCosts costs = cache_costs(cfg, plan.block_size);
+  const CacheCosts costs = cache_costs(cfg, plan.block_size, plan.kv_bf16 ? 2 : 4);
   info.kv_bytes_per_token = costs.bytes_per_block / uint64_t(plan.block_size);
   info.state_bytes_per_seq = costs.bytes_per_slot;
   const uint64_t blocks_per_seq = uint64_t((plan.ctx + plan.block_size - 1) / plan.block_size);
@@ -155,6 +155,7 @@ nlohmann::json model_info_json(const ModelInfo& info) {
       {"skipped_tensors", info.n_other_tensors},
       {"skipped_parameters", info.other_params},
       {"kv_bytes_per_token", info.kv_bytes_per_token},
+      {"kv_cache_dtype", info.plan.kv_bf16 ? "BF16" : "F32"},
       {"state_bytes_per_sequence", info.state_bytes_per_seq},
       {"memory",
        {{"ctx", info.plan.ctx},

@@ -14,6 +14,7 @@ struct MemoryPlanParams {
   int64_t ctx = 4096;     // tokens per sequence
   int32_t seqs = 1;       // sequences live at once
   int32_t block_size = 16;
+  bool kv_bf16 = false;   // K/V rows at BF16 (--kv-cache bf16), else F32
 };
 
 struct ModelInfo {

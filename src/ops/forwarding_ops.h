@@ -22,6 +22,8 @@ class ForwardingOps : public Ops {
   std::string device_fault() const override { return inner_.device_fault(); }
   std::string device_name() const override { return inner_.device_name(); }
   DType activation_dtype() const override { return inner_.activation_dtype(); }
+  DType kv_cache_dtype() const override { return inner_.kv_cache_dtype(); }
+  void set_kv_cache_bf16(bool on) override { inner_.set_kv_cache_bf16(on); }
   bool supports_weight_dtype(DType dtype) const override { return inner_.supports_weight_dtype(dtype); }
   bool device_memory(uint64_t& free_bytes, uint64_t& total_bytes) const override {
     return inner_.device_memory(free_bytes, total_bytes);

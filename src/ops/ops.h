@@ -131,6 +131,13 @@ class Ops {
   // The dtype of activations, caches and recurrent state: F32, or F64 for the CPU backend's
   // float64 oracle mode (CpuOps(DType::kF64), `--precision f64`). Weights keep their own dtypes.
   virtual DType activation_dtype() const { return DType::kF32; }
+  // The dtype of the KV cache's key and value rows (ModelCache): the activation dtype, or BF16
+  // after set_kv_cache_bf16(true) (`--kv-cache bf16`: half the cache's memory and half the bytes
+  // a decode step's attention reads). With a BF16 cache every key and value a row attends is
+  // rounded to BF16 — the step's own as well as the cached — so results do not depend on where
+  // a prefill's chunks fall. Recurrent state, QSA index keys and activations keep their dtype.
+  virtual DType kv_cache_dtype() const { return kv_bf16_ ? DType::kBF16 : activation_dtype(); }
+  virtual void set_kv_cache_bf16(bool on) { kv_bf16_ = on; }
   // Whether weight matrices of this dtype may be handed to the ops that take weights (matmul,
   // matmul_multi, moe_experts, embed, embed_rows). Plain floats always; a block format (DType::kQ4_K ...)
   // only where the backend has kernels for it — otherwise the loader widens it at load.
@@ -284,6 +291,7 @@ class Ops {
                            const ExpertWeights& experts) = 0;
  protected:
   Phase phase_ = Phase::kOther;
+  bool kv_bf16_ = false;
   [[noreturn]] void refuse(const char* op) const {
     unsupported("the ", name(), " backend does not implement op '", op,
                 "' (needed by this model architecture); run it with --device cpu");

@@ -30,7 +30,8 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
     m->chat_template.reset();  // no template: completions only
   }
   m->ops = cli::make_backend(
-      {.device = o.device, .deterministic = o.deterministic, .matmul_precision = o.matmul_precision});
+      {.device = o.device, .deterministic = o.deterministic, .matmul_precision = o.matmul_precision,
+       .kv_cache = o.kv_cache});
   if (o.profile) {  // the model runs on a wrapper that times every op on the backend's clock
     m->backend = std::move(m->ops);
     auto p = std::make_unique<ProfilingOps>(*m->backend);
@@ -62,7 +63,8 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
     const CachePlan plan = plan_cache(cfg, {.device_total = total_bytes, .device_free = free_bytes, .limit = limit,
                                             .n_slots = scheduler_slots(cfg, sc), .max_context = o.max_context,
                                             .max_step_tokens = o.max_step_tokens, .max_logit_rows = o.max_running,
-                                            .block_size = sizing.block_size});
+                                            .block_size = sizing.block_size,
+                                            .kv_elem_bytes = dtype_size(m->ops->kv_cache_dtype())});
     sizing = plan.sizing;
     std::fprintf(stderr, "kestrel serve: memory plan: %s\n", plan.summary().c_str());
   }

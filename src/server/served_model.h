@@ -42,6 +42,7 @@ struct ServeOptions {
   bool profile = false;         // time every op (ProfilingOps); printed when the server stops
   bool deterministic = false;   // batch-invariant backend and scheduling (SchedulerConfig::deterministic)
   std::optional<std::string> matmul_precision;  // the CUDA backend's (cli::BackendOptions); absent: its default
+  std::optional<std::string> kv_cache;  // f32|bf16 (cli::BackendOptions); absent: f32
 };
 
 // Loads the model, its tokenizer (required) and chat template (optional) from DIR.

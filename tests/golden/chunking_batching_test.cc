@@ -2,10 +2,12 @@
 //  - chunking: prefill split into chunks of any sizes gives the same logits as one pass (fp32
 //    tolerance), bit-identical when the splits fall on the DeltaNet chunk grid (multiples of 64);
 //  - batching: sequences decoded together give bit-identical logits to each decoded alone.
+// A parameter "FAMILY+bf16kv" runs the family with a BF16 KV cache (Ops::set_kv_cache_bf16).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <regex>
 
 #include "engine/runner.h"
 #include "support/compare.h"
@@ -32,11 +34,19 @@ std::vector<float> chunked_logits(Model& model, const std::vector<int32_t>& prom
   return out;
 }
 
+// The fixture of a test parameter, with a BF16 KV cache for "FAMILY+bf16kv"; family() is its name.
+struct ParamModel : test::FixtureModel {
+  explicit ParamModel(const std::string& param) : test::FixtureModel(param.substr(0, param.find('+'))) {
+    ops.set_kv_cache_bf16(param.ends_with("+bf16kv"));
+  }
+  std::string family() const { return dir.substr(dir.rfind('/') + 1); }
+};
+
 class Chunking : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Chunking, AnySplitMatchesOnePassAndGridSplitsAreBitIdentical) {
-  test::FixtureModel fm(GetParam());
-  const auto prompt = test::reference_prompt(GetParam(), 4);  // 300 tokens
+  ParamModel fm(GetParam());
+  const auto prompt = test::reference_prompt(fm.family(), 4);  // 300 tokens
   const auto whole = chunked_logits(fm.model(), prompt, {int(prompt.size())});
   for (const std::vector<int>& sizes : std::vector<std::vector<int>>{{1}, {3}, {16}, {64}, {5, 59, 100, 7}, {37, 91}}) {
     const auto got = chunked_logits(fm.model(), prompt, sizes);
@@ -50,7 +60,9 @@ TEST_P(Chunking, AnySplitMatchesOnePassAndGridSplitsAreBitIdentical) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Chunking, ::testing::Values("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Chunking,
+                         ::testing::Values("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_next+bf16kv"),
+                         [](const auto& info) { return std::regex_replace(info.param, std::regex("\\+"), "_"); });
 
 class Batching : public ::testing::TestWithParam<std::string> {};
 
@@ -58,12 +70,12 @@ class Batching : public ::testing::TestWithParam<std::string> {};
 // where the batched run also mixes a prefill chunk into the first step (split at 128, on the
 // DeltaNet chunk grid, so that sequence too must match bit for bit).
 TEST_P(Batching, BatchedDecodeIsBitIdenticalToDecodingAlone) {
-  test::FixtureModel fm(GetParam());
+  ParamModel fm(GetParam());
   Model& model = fm.model();
   const int64_t V = model.config().vocab_size;
   constexpr int kSteps = 8;
   std::vector<std::vector<int32_t>> prompts;
-  for (int p = 1; p <= 4; ++p) prompts.push_back(test::reference_prompt(GetParam(), p));
+  for (int p = 1; p <= 4; ++p) prompts.push_back(test::reference_prompt(fm.family(), p));
 
   // alone: prefill, then greedy decode; record each step's logits and tokens
   std::vector<std::vector<std::vector<float>>> alone(4);
@@ -112,7 +124,9 @@ TEST_P(Batching, BatchedDecodeIsBitIdenticalToDecodingAlone) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Batching, ::testing::Values("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Batching,
+                         ::testing::Values("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_next+bf16kv"),
+                         [](const auto& info) { return std::regex_replace(info.param, std::regex("\\+"), "_"); });
 
 }  // namespace
 }  // namespace kestrel

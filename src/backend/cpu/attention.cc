@@ -3,6 +3,9 @@
 // step's own keys and values. Positions before the step come from the cache, the step's own
 // positions from k/v (when given), so a ring only has to hold the window's past; the step's k/v
 // are written to the cache after every row has attended (unless p.write_kv is false).
+// A BF16 cache (Ops::kv_cache_dtype) stores rows rounded to BF16, and every key and value a row
+// attends is then taken at BF16 — the step's own rows rounded as they are read — so a position's
+// value is the same whether a prefill's chunking puts it in the step or in the cache.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,6 +29,10 @@ inline int64_t cache_row(const StepPlan& plan, const KvLayerView& cache, const S
 void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
   const int64_t width = k.cols;
   KCHECK(v.cols == width && cache.k.cols == width && cache.v.cols == width && k.rows == plan.n_rows());
+  KCHECK_MSG(v.dtype == k.dtype && cache.v.dtype == cache.k.dtype &&
+                 (cache.k.dtype == k.dtype || cache.k.dtype == DType::kBF16),
+             "kv_write: k/v of ", dtype_name(k.dtype), " into a ", dtype_name(cache.k.dtype),
+             " cache (the activation dtype or BF16)");
   for (int64_t r = 0; r < k.rows; ++r) {
     const SeqStep& s = plan.seqs[size_t(plan.row_seq[size_t(r)])];
     const int64_t pos = plan.positions[size_t(r)];
@@ -37,8 +44,17 @@ void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const 
       KCHECK(pos < int64_t(s.n_blocks) * plan.block_size);
     }
     const int64_t row = cache_row(plan, cache, s, pos);
+    if (cache.k.dtype == DType::kBF16) {  // rounded to nearest even, as every reader expects
+      with_act(k, [&]<typename A>() {
+        for (const auto& [dst, src] : {std::pair{cache.k, k}, std::pair{cache.v, v}}) {
+          uint16_t* d = dst.template as<uint16_t>() + row * width;
+          const A* x = act<A>(src) + r * width;
+          for (int64_t i = 0; i < width; ++i) d[i] = f32_to_bf16(float(x[i]));
+        }
+      });
+      continue;
+    }
     const size_t es = dtype_size(k.dtype);
-    KCHECK(cache.k.dtype == k.dtype && cache.v.dtype == k.dtype && v.dtype == k.dtype);
     std::memcpy(static_cast<uint8_t*>(cache.k.data) + size_t(row * width) * es,
                 static_cast<const uint8_t*>(k.data) + size_t(r * width) * es, size_t(width) * es);
     std::memcpy(static_cast<uint8_t*>(cache.v.data) + size_t(row * width) * es,
@@ -56,19 +72,30 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
   KCHECK(cache.k.cols == kv_width && out.cols == q.cols && out.rows == q.rows);
   KCHECK(p.n_heads % p.n_kv_heads == 0);
   KCHECK(cache.ring_rows == 0 || (p.window > 0 && p.window <= cache.ring_rows && p.select.empty()));
+  KCHECK(cache.v.dtype == cache.k.dtype && (cache.k.dtype == q.dtype || cache.k.dtype == DType::kBF16));
+  const bool bf16 = cache.k.dtype == DType::kBF16;
   const int group = p.n_heads / p.n_kv_heads;
   with_act(q, [&]<typename A>() {
-  // key (or value) row of position j for sequence s: this step's tensor or the cache
-  auto row_of = [&](const Tensor& step, const Tensor& cached, const SeqStep& s, int64_t j) -> const A* {
-    if (step_kv && j >= s.n_past) return act<A>(step) + (int64_t(s.row_begin) + j - s.n_past) * kv_width;
-    return act<A>(cached) + cache_row(plan, cache, s, j) * kv_width;
+  // KV head kvh's key (or value) of position j for sequence s: this step's tensor or the cache;
+  // with a BF16 cache, rounded to BF16 into `buf` (hd values)
+  auto row_of = [&](const Tensor& step, const Tensor& cached, const SeqStep& s, int64_t j, int kvh,
+                    std::vector<A>& buf) -> const A* {
+    const bool own = step_kv && j >= s.n_past;
+    const int64_t row = own ? int64_t(s.row_begin) + j - s.n_past : cache_row(plan, cache, s, j);
+    const int64_t at = row * kv_width + int64_t(kvh) * hd;
+    if (!bf16) return act<A>(own ? step : cached) + at;
+    if (own)
+      for (int i = 0; i < hd; ++i) buf[size_t(i)] = A(bf16_to_f32(f32_to_bf16(float(act<A>(step)[at + i]))));
+    else
+      for (int i = 0; i < hd; ++i) buf[size_t(i)] = A(bf16_to_f32(cached.as<const uint16_t>()[at + i]));
+    return buf.data();
   };
 
   // attend, one (row, head) per work item
   ThreadPool::global().parallel_for(q.rows * p.n_heads, [&](int64_t w0, int64_t w1) {
     std::vector<A> scores;
     std::vector<int64_t> positions;
-    std::vector<A> acc(static_cast<size_t>(hd));
+    std::vector<A> acc(static_cast<size_t>(hd)), buf(static_cast<size_t>(hd));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t r = w / p.n_heads;
       const int h = int(w % p.n_heads);
@@ -93,7 +120,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       scores.resize(positions.size());
       A max_score = -INFINITY;
       for (size_t z = 0; z < positions.size(); ++z) {
-        const A* kv = row_of(k, cache.k, s, positions[z]) + int64_t(kvh) * hd;
+        const A* kv = row_of(k, cache.k, s, positions[z], kvh, buf);
         A d = dot_act(qv, kv, hd) * A(p.scale);
         scores[z] = d;
         max_score = std::max(max_score, d);
@@ -106,7 +133,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
       const A inv = A(1.0 / sum);
       std::fill(acc.begin(), acc.end(), A(0));
       for (size_t z = 0; z < positions.size(); ++z) {
-        const A* vv = row_of(v, cache.v, s, positions[z]) + int64_t(kvh) * hd;
+        const A* vv = row_of(v, cache.v, s, positions[z], kvh, buf);
         const A pj = scores[z];
         for (int i = 0; i < hd; ++i) acc[size_t(i)] += pj * vv[i];
       }

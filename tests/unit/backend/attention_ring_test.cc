@@ -1,12 +1,14 @@
 // Sliding-window attention over a per-sequence ring gives bit-identical outputs to the same
 // attention over paged blocks, for any chunking of the sequence (including chunks longer than the
-// ring), and sparse selection attends exactly the listed positions.
+// ring), and sparse selection attends exactly the listed positions. A BF16 cache attends exactly
+// what an F32 cache of BF16-rounded keys and values does, the step's own rows included.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
 #include "ops/ops.h"
 
 namespace kestrel::test {
@@ -31,10 +33,10 @@ Inputs random_inputs(CpuOps& ops, int n) {
 
 // Runs the whole sequence through attention in the given chunks; returns out [N, heads * dim].
 std::vector<float> run(CpuOps& ops, const Inputs& in, int n, const std::vector<int>& chunks, bool ring,
-                       const std::vector<std::vector<int32_t>>* select = nullptr) {
+                       const std::vector<std::vector<int32_t>>* select = nullptr, DType cache_dtype = DType::kF32) {
   const int ring_rows = 2 * kBlock;  // ceil(5 / 4) + 1 blocks
   const int64_t rows = ring ? ring_rows : (n + kBlock - 1) / kBlock * kBlock;
-  Buffer ck = ops.alloc(DType::kF32, rows, kKv * kDim), cv = ops.alloc(DType::kF32, rows, kKv * kDim);
+  Buffer ck = ops.alloc(cache_dtype, rows, kKv * kDim), cv = ops.alloc(cache_dtype, rows, kKv * kDim);
   KvLayerView cache{.k = ck, .v = cv, .index_k = {}, .ring_rows = ring ? ring_rows : 0};
   std::vector<int32_t> blocks;
   for (int b = 0; b < (n + kBlock - 1) / kBlock; ++b) blocks.push_back(b);
@@ -72,6 +74,30 @@ TEST(AttentionRing, RingEqualsPagedForAnyChunking) {
   for (const auto& chunks : std::vector<std::vector<int>>{{1}, {3}, {7, 2}, {20, 1}, {n}}) {
     EXPECT_EQ(run(ops, in, n, chunks, true), paged) << "chunks starting with " << chunks[0];
     EXPECT_EQ(run(ops, in, n, chunks, false), paged) << "paged, chunks starting with " << chunks[0];
+  }
+}
+
+TEST(AttentionRing, Bf16CacheAttendsRoundedKeysAndValues) {
+  CpuOps ops;
+  const int n = 37;
+  Inputs in = random_inputs(ops, n);
+  Inputs rounded = random_inputs(ops, n);  // q as in; k, v rounded to BF16
+  for (auto [src, dst] : {std::pair{&in.q, &rounded.q}, std::pair{&in.k, &rounded.k}, std::pair{&in.v, &rounded.v}}) {
+    const bool round = src != &in.q;
+    for (int64_t i = 0; i < src->view().numel(); ++i) {
+      const float x = src->view().f32()[i];
+      dst->view().f32()[i] = round ? bf16_to_f32(f32_to_bf16(x)) : x;
+    }
+  }
+  std::vector<std::vector<int32_t>> sel(n);
+  for (int p = 0; p < n; ++p) sel[size_t(p)] = {0, p / 3 == 0 ? -1 : p / 3, p == 0 || p == p / 3 ? -1 : p};
+  const auto want = run(ops, rounded, n, {n}, false);
+  EXPECT_NE(run(ops, in, n, {n}, false), want) << "rounding must change something for this test to mean anything";
+  for (const auto& chunks : std::vector<std::vector<int>>{{1}, {3}, {7, 2}, {20, 1}, {n}}) {
+    EXPECT_EQ(run(ops, in, n, chunks, false, nullptr, DType::kBF16), want) << "paged, chunks of " << chunks[0];
+    EXPECT_EQ(run(ops, in, n, chunks, true, nullptr, DType::kBF16), want) << "ring, chunks of " << chunks[0];
+    EXPECT_EQ(run(ops, in, n, chunks, false, &sel, DType::kBF16), run(ops, rounded, n, {n}, false, &sel))
+        << "selection, chunks of " << chunks[0];
   }
 }
 

@@ -5,6 +5,7 @@
 // over 4 warps instead of the CPU's two passes: same math, different rounding order (1e-5).
 // Cache writes are copies (exact).
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 
 #include "cache/model_cache.h"
@@ -161,6 +162,120 @@ TEST_F(AttentionGeneral, Selection) {
         check({.heads = heads, .kv = kv, .hd = hd, .select_cols = cols}, seqs);
         check({.heads = heads, .kv = kv, .hd = hd, .write_kv = false, .select_cols = cols}, seqs);
       }
+    }
+  }
+}
+
+// A BF16 KV cache (Ops::set_kv_cache_bf16) attends what an F32 cache does when every key and
+// value — the cache's and the step's — is rounded to BF16 beforehand, and the caches hold the same
+// values after the step. Bit for bit where both run the same arithmetic: the general path (rings,
+// KV-shared readers with and without the step's k/v) and the tiled prefill kernel; the split-KV
+// kernel's lanes hold BF16 dims in pairs (F32: one per 32) and take twice the keys a group, a
+// different summation order: 1e-6 there. Against the CPU oracle over the same BF16 cache: 1e-5,
+// as the F32 tests. And kv_write stores what the CPU's does.
+struct Bf16CacheCase {
+  int heads, kv, hd;
+  int window = 0;
+  bool ring = false;
+  bool write_kv = true;
+  bool step_kv = true;
+};
+
+class AttentionBf16Cache : public GpuTest {
+ protected:
+  static std::vector<float> rounded(const Tensor& t) {
+    std::vector<float> v(t.f32(), t.f32() + t.numel());
+    for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+  }
+  Buffer host_f32(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    Buffer b = host_buffer(DType::kF32, rows, cols);
+    std::copy(v.begin(), v.end(), b.view().f32());
+    return b;
+  }
+  Buffer host_bf16(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    Buffer b = host_buffer(DType::kBF16, rows, cols);
+    for (size_t i = 0; i < v.size(); ++i) b.view().as<uint16_t>()[i] = f32_to_bf16(v[i]);
+    return b;
+  }
+  std::vector<float> down_bf16(const Tensor& dev) {
+    std::vector<uint16_t> raw(size_t(dev.numel()));
+    gpu().to_host(dev, raw.data());
+    std::vector<float> v(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) v[i] = bf16_to_f32(raw[i]);
+    return v;
+  }
+
+  void check(const Bf16CacheCase& c, const std::vector<std::pair<int, int>>& seqs) {
+    int32_t n_blocks = 0;
+    StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
+    const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
+    const int rr = c.ring ? ring_rows(c.window, 16) : 0;
+    const int64_t cache_rows = c.ring ? int64_t(seqs.size()) * rr : int64_t(n_blocks) * 16;
+    Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw), kc = random(cache_rows, kvw),
+           vc = random(cache_rows, kvw);
+    const std::vector<float> kcr = rounded(kc), vcr = rounded(vc);
+    Buffer dq = up(q);
+    // the F32 cache over rounded keys and values
+    Buffer fk = up(host_f32(rounded(k), T, kvw)), fv = up(host_f32(rounded(v), T, kvw));
+    Buffer fkc = up(host_f32(kcr, cache_rows, kvw)), fvc = up(host_f32(vcr, cache_rows, kvw));
+    // the BF16 cache (the same cached values), the step's k/v unrounded
+    Buffer bk = up(k), bv = up(v);
+    Buffer bkc = up(host_bf16(kcr, cache_rows, kvw)), bvc = up(host_bf16(vcr, cache_rows, kvw));
+    AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd, .scale = 1.0f / std::sqrt(float(c.hd)),
+                      .window = c.window, .write_kv = c.write_kv};
+    Buffer out_f = gpu().alloc(DType::kF32, T, qw), out_b = gpu().alloc(DType::kF32, T, qw);
+    gpu().begin_step(plan);
+    gpu().attention(out_f, dq, c.step_kv ? fk.view() : Tensor{}, c.step_kv ? fv.view() : Tensor{},
+                    {.k = fkc, .v = fvc, .ring_rows = rr}, p, plan);
+    gpu().attention(out_b, dq, c.step_kv ? bk.view() : Tensor{}, c.step_kv ? bv.view() : Tensor{},
+                    {.k = bkc, .v = bvc, .ring_rows = rr}, p, plan);
+    const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
+                             std::to_string(c.hd) + " window " + std::to_string(c.window) + (c.ring ? " ring" : "") +
+                             (c.write_kv ? "" : " no-write") + (c.step_kv ? "" : " cache-only") + " rows " +
+                             std::to_string(T);
+    const std::vector<float> of = down(out_f), ob = down(out_b);
+    int max_rows = 0;
+    for (auto [past, n] : seqs) max_rows = std::max(max_rows, n);
+    const bool split_kv = c.write_kv && c.step_kv && !c.ring &&
+                          !(max_rows >= 64 && (c.hd == 64 || c.hd == 128 || c.hd == 256));
+    if (split_kv) EXPECT_LE(rel_err(ob, of), 1e-6) << what;
+    else EXPECT_EQ(0, std::memcmp(of.data(), ob.data(), of.size() * sizeof(float))) << what;
+    // the CPU oracle over a BF16 cache of the same contents
+    Buffer ck = host_bf16(kcr, cache_rows, kvw), cv = host_bf16(vcr, cache_rows, kvw);
+    Buffer ref = cpu_.alloc(DType::kF32, T, qw);
+    cpu_.attention(ref, q, c.step_kv ? k.view() : Tensor{}, c.step_kv ? v.view() : Tensor{},
+                   {.k = ck, .v = cv, .ring_rows = rr}, p, plan);
+    EXPECT_LE(rel_err(ob, host(ref)), 1e-5) << what << ": vs the CPU";
+    EXPECT_EQ(down_bf16(bkc), down(fkc)) << what << ": k cache";
+    EXPECT_EQ(down_bf16(bvc), down(fvc)) << what << ": v cache";
+    // and kv_write alone into the BF16 cache stores what the CPU's BF16 kv_write does
+    if (!c.step_kv) return;
+    Buffer hkc = host_bf16(kcr, cache_rows, kvw), hvc = host_bf16(vcr, cache_rows, kvw);
+    Buffer gkc = up(hkc), gvc = up(hvc);
+    cpu_.kv_write({.k = hkc, .v = hvc, .ring_rows = rr}, k, v, plan);
+    gpu().kv_write({.k = gkc, .v = gvc, .ring_rows = rr}, bk, bv, plan);
+    std::vector<uint16_t> got(size_t(hkc.view().numel()));
+    gpu().to_host(gkc.view(), got.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), hkc.view().data, got.size() * 2)) << what << ": kv_write k";
+    gpu().to_host(gvc.view(), got.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), hvc.view().data, got.size() * 2)) << what << ": kv_write v";
+  }
+};
+
+TEST_F(AttentionBf16Cache, EqualsF32CacheOfRoundedRows) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 20}, {5, 1}, {33, 1}, {17, 9}, {0, 1}, {100, 40}},  // one split per row
+      {{300, 1}, {1000, 1}, {5, 1}},                           // split-KV decode
+      {{0, 100}, {40, 1}},                                     // the tiled prefill kernel (>= 64 rows)
+      {{130, 70}, {3, 1}}};
+  for (const auto& seqs : batches) {
+    for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{8, 2, 128}, std::tuple{4, 1, 256}, std::tuple{2, 1, 80}}) {
+      for (int window : {0, 40}) check({.heads = heads, .kv = kv, .hd = hd, .window = window}, seqs);
+      check({.heads = heads, .kv = kv, .hd = hd, .window = 16, .ring = true}, seqs);
+      check({.heads = heads, .kv = kv, .hd = hd, .window = 16, .ring = true, .write_kv = false}, seqs);
+      check({.heads = heads, .kv = kv, .hd = hd, .write_kv = false}, seqs);
+      check({.heads = heads, .kv = kv, .hd = hd, .write_kv = false, .step_kv = false}, seqs);
     }
   }
 }

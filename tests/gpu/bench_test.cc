@@ -100,17 +100,20 @@ TEST_F(GpuBench, CublasBf16Peak) {
 
 TEST_F(GpuBench, AttentionDecode) {
   const int heads = 16, kv = 4, hd = 256;
-  for (int ctx : {1024, 8192}) {
-    StepPlan plan = make_plan({{ctx - 1, 1}}, 10, rng_);
-    const int64_t rows = int64_t(plan.block_tables.size()) * 16;
-    Buffer kc = gpu().alloc(DType::kF32, rows, kv * hd), vc = gpu().alloc(DType::kF32, rows, kv * hd);
-    Buffer q = up(random(1, heads * hd)), k = up(random(1, kv * hd)), v = up(random(1, kv * hd));
-    Buffer out = gpu().alloc(DType::kF32, 1, heads * hd);
-    AttentionParams p{.n_heads = heads, .n_kv_heads = kv, .head_dim = hd, .scale = 0.0625f};
-    gpu().begin_step(plan);
-    const double s = time([&] { gpu().attention(out, q, k, v, {kc, vc}, p, plan); });
-    std::printf("BENCH attention_decode_ctx%d %.1f GB/s of KV (%.1f us)\n", ctx, double(ctx) * kv * hd * 8 / s / 1e9,
-                s * 1e6);
+  for (DType cache : {DType::kF32, DType::kBF16}) {
+    for (int ctx : {1024, 8192}) {
+      StepPlan plan = make_plan({{ctx - 1, 1}}, 10, rng_);
+      const int64_t rows = int64_t(plan.block_tables.size()) * 16;
+      Buffer kc = gpu().alloc(cache, rows, kv * hd), vc = gpu().alloc(cache, rows, kv * hd);
+      Buffer q = up(random(1, heads * hd)), k = up(random(1, kv * hd)), v = up(random(1, kv * hd));
+      Buffer out = gpu().alloc(DType::kF32, 1, heads * hd);
+      AttentionParams p{.n_heads = heads, .n_kv_heads = kv, .head_dim = hd, .scale = 0.0625f};
+      gpu().begin_step(plan);
+      const double s = time([&] { gpu().attention(out, q, k, v, {kc, vc}, p, plan); });
+      const double bytes = double(ctx) * kv * hd * 2 * double(dtype_size(cache));
+      std::printf("BENCH attention_decode_%s_ctx%d %.1f GB/s of KV (%.1f us)\n",
+                  std::string(dtype_name(cache)).c_str(), ctx, bytes / s / 1e9, s * 1e6);
+    }
   }
 }
 

@@ -1,4 +1,6 @@
 // attention: paged-KV causal softmax attention with GQA and an optional sliding window.
+// The cache holds F32 or BF16 elements (C; Ops::set_kv_cache_bf16). With BF16 every key and value
+// a row attends is taken at BF16, the step's own as well (as_cached), as the CPU oracle does.
 // 1. kv_write_kernel writes the step's k/v rows into each sequence's cache blocks.
 // 2. attention_kernel: one block per (row, KV head, split), serving up to 4 query heads of that
 //    KV head's GQA group (each K/V row it loads feeds them all). The row's key positions
@@ -62,7 +64,8 @@ __device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const 
 }
 
 // grid: T blocks; copies k[r], v[r] (kv_width floats) into the cache row of position positions[r].
-__global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc,  // [n_blocks * bs, kv_width]
+template <typename C>
+__global__ void kv_write_kernel(C* __restrict__ kc, C* __restrict__ vc,  // [n_blocks * bs, kv_width]
                                 const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
                                 const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                 const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
@@ -71,8 +74,8 @@ __global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc, 
   const SeqStep s = seqs[row_seq[r]];
   const int64_t row = cache_row(block_tables, s, block_size, positions[r]);
   for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
-    kc[row * kv_width + i] = k[r * kv_width + i];
-    vc[row * kv_width + i] = v[r * kv_width + i];
+    kc[row * kv_width + i] = to_cache<C>(k[r * kv_width + i]);
+    vc[row * kv_width + i] = to_cache<C>(v[r * kv_width + i]);
   }
 }
 
@@ -83,12 +86,54 @@ __global__ void kv_write_kernel(float* __restrict__ kc, float* __restrict__ vc, 
 // (deterministic mode); surplus split blocks exit. part (more than one split): [rows, n_heads,
 // max_splits, hd + 2] = (max, sum, acc[hd]) per head and split.
 constexpr int kHeads = 4;
+
+// A lane's DPL values of one K or V row. F32: dims i * 32 + lane. BF16: with DPL even, pairs of
+// dims (i / 2) * 64 + 2 * lane + i % 2 loaded 4 bytes at a time and kept packed (half the
+// registers: a warp keeps twice the keys in flight), which needs an even head_dim; DPL = 1: dim lane.
+template <typename C, int DPL>
+struct KvFrag;
+template <int DPL>
+struct KvFrag<float, DPL> {
+  float x[DPL];
+  static __device__ __forceinline__ int dim(int i, int lane) { return i * 32 + lane; }
+  __device__ __forceinline__ void load(const float* __restrict__ row, int lane, int hd, bool ok) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) x[i] = ok && dim(i, lane) < hd ? row[dim(i, lane)] : 0.0f;
+  }
+  __device__ __forceinline__ float get(int i) const { return x[i]; }
+};
+template <int DPL>
+struct KvFrag<__nv_bfloat16, DPL> {
+  static constexpr bool kPairs = DPL % 2 == 0;
+  uint32_t x[kPairs ? DPL / 2 : DPL];  // BF16 bits: two a word (pairs), or one in the low half
+  static __device__ __forceinline__ int dim(int i, int lane) {
+    return kPairs ? (i / 2) * 64 + 2 * lane + (i & 1) : i * 32 + lane;
+  }
+  __device__ __forceinline__ void load(const __nv_bfloat16* __restrict__ row, int lane, int hd, bool ok) {
+    if constexpr (kPairs) {
+#pragma unroll
+      for (int p = 0; p < DPL / 2; ++p) {
+        const int d = p * 64 + 2 * lane;
+        x[p] = ok && d < hd ? *reinterpret_cast<const uint32_t*>(row + d) : 0u;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < DPL; ++i)
+        x[i] = ok && dim(i, lane) < hd ? uint32_t(__bfloat16_as_ushort(row[dim(i, lane)])) : 0u;
+    }
+  }
+  __device__ __forceinline__ float get(int i) const {
+    if constexpr (kPairs) return __uint_as_float((i & 1) ? x[i / 2] & 0xffff0000u : x[i / 2] << 16);
+    else return __uint_as_float(x[i] << 16);
+  }
+};
+
 // Blocks per (row, split) for a GQA group of `group` query heads: pieces of up to kHeads heads.
 __host__ __device__ __forceinline__ int head_pieces(int group) { return (group + kHeads - 1) / kHeads; }
-template <int DPL>
+template <int DPL, typename C, bool kFull>
 __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  const float* __restrict__ q,   // [T, n_heads * hd]
-                                 const float* __restrict__ kc, const float* __restrict__ vc,  // cache rows
+                                 const C* __restrict__ kc, const C* __restrict__ vc,  // cache rows
                                  const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                  const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                  int block_size, int n_heads, int group, int hd, float scale, int window,
@@ -110,6 +155,7 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   const int n_splits = per_row_splits ? det_splits(pos - first + 1) : step_splits(*max_position, window, gridDim.z);
   const int split = blockIdx.z;
   if (split >= n_splits) return;  // the whole block: a surplus split of this row
+  using Frag = KvFrag<C, DPL>;
   float qv[kHeads][DPL], acc[kHeads][DPL], m[kHeads], l[kHeads];
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
@@ -117,7 +163,7 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
     l[g] = 0.0f;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
-      const int d = i * 32 + lane;
+      const int d = Frag::dim(i, lane);
       qv[g][i] = g < nh && d < hd ? q[r * int64_t(n_heads) * hd + int64_t(h0 + g) * hd + d] : 0.0f;
       acc[g][i] = 0.0f;
     }
@@ -125,35 +171,33 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   const int64_t per_split = (pos - first + 1 + n_splits - 1) / n_splits;
   const int64_t j0 = first + split * per_split;
   const int64_t j1 = j0 + per_split - 1 < pos ? j0 + per_split - 1 : pos;  // inclusive
-  // A warp takes kU consecutive keys at a time: their K and V rows are loaded together (kU
-  // independent loads in flight), then scored for each head, and each head's running max and
-  // rescale move once per group.
-  constexpr int kU = DPL <= 8 ? 4 : 2;
-  for (int64_t jb = j0 + int64_t(warp) * kU; jb <= j1; jb += int64_t(kWarps) * kU) {
-    float kx[kU][DPL], vx[kU][DPL];
+  // A warp takes kU consecutive keys at a time: their K and V rows are loaded together, then
+  // scored for each head, and each head's running max and rescale move once per group. The next
+  // group's rows are loaded while this one is computed (two register stages).
+  constexpr int kU = DPL <= 4 ? 4 : DPL == 8 ? (sizeof(C) == 2 ? 4 : 2) : 1;  // within 255 registers, no spills
+  const int64_t stride = int64_t(kWarps) * kU;
+  auto load_group = [&](int64_t jb, Frag (&kf)[kU], Frag (&vf)[kU]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const bool ok = jb + u <= j1;
       const int64_t row = ok ? cache_row(block_tables, s, block_size, jb + u) : 0;
-      const float* kr = kc + row * kv_width + int64_t(kvh) * hd;
-      const float* vr = vc + row * kv_width + int64_t(kvh) * hd;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) {
-        const int d = i * 32 + lane;
-        kx[u][i] = ok && d < hd ? kr[d] : 0.0f;
-        vx[u][i] = ok && d < hd ? vr[d] : 0.0f;
-      }
+      kf[u].load(kc + row * kv_width + int64_t(kvh) * hd, lane, hd, ok);
+      vf[u].load(vc + row * kv_width + int64_t(kvh) * hd, lane, hd, ok);
     }
+  };
+  // kFull (every block serves kHeads heads: the GQA group a multiple of kHeads): the heads' dot
+  // products and shuffles carry no early exit between them, so they interleave
+  auto attend_group = [&](int64_t jb, const Frag (&kf)[kU], const Frag (&vf)[kU]) {
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
-      if (g >= nh) break;
+      if (!kFull && g >= nh) break;
       float score[kU];
       float m_new = m[g];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         float dot = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) dot += qv[g][i] * kx[u][i];
+        for (int i = 0; i < DPL; ++i) dot += qv[g][i] * kf[u].get(i);
         score[u] = warp_sum(dot) * scale;
         if (jb + u <= j1) m_new = fmaxf(m_new, score[u]);
       }
@@ -167,16 +211,26 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
         const float p = expf(score[u] - m_new);
         l[g] += p;
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[g][i] += p * vx[u][i];
+        for (int i = 0; i < DPL; ++i) acc[g][i] += p * vf[u].get(i);
       }
       m[g] = m_new;
     }
+  };
+  Frag ka[kU], va[kU], kb[kU], vb[kU];
+  int64_t jb = j0 + int64_t(warp) * kU;
+  if (jb <= j1) load_group(jb, ka, va);
+  for (; jb <= j1; jb += 2 * stride) {
+    if (jb + stride <= j1) load_group(jb + stride, kb, vb);
+    attend_group(jb, ka, va);
+    if (jb + stride > j1) break;
+    if (jb + 2 * stride <= j1) load_group(jb + 2 * stride, ka, va);
+    attend_group(jb + stride, kb, vb);
   }
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
-      const int d = i * 32 + lane;
+      const int d = Frag::dim(i, lane);
       if (d < hd) accs[(warp * kHeads + g) * hd + d] = acc[g][i];
     }
     if (lane == 0) {
@@ -218,9 +272,14 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
   }
 }
 
-// grid: (rows, n_heads) for rows [row0, row0 + rows); merges a row's partial results of
-// attention_kernel or attention_ext_kernel (its n_splits as there: per row, from max_position, or
-// max_splits when max_position is null; a row of one split was written by the first kernel).
+// grid: (rows, n_heads, ceil(hd / kCombineDims)) for rows [row0, row0 + rows); block:
+// kCombineDims threads, one output dim each. Merges a row's partial results of attention_kernel
+// or attention_ext_kernel (its n_splits as there: per row, from max_position, or max_splits when
+// max_position is null; a row of one split was written by the first kernel). Every block of a
+// head derives the same max and sum from the splits' (max, sum) in the same order; a thread's
+// dim then sums its splits in split order, 16 loads in flight (one block per head and a serial
+// walk over the splits were latency-bound: 21 us for a 9B layer's 16 heads x 64 splits).
+constexpr int kCombineDims = 64;
 __global__ void attention_combine_kernel(float* __restrict__ out,         // [T, n_heads * hd]
                                          const float* __restrict__ part,  // [rows, n_heads, max_splits, hd + 2]
                                          const int32_t* __restrict__ positions,  // [T]
@@ -234,9 +293,7 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
                                          : max_splits;
   if (n_splits == 1) return;
   const float* pp = part + (int64_t(blockIdx.x) * n_heads + h) * int64_t(max_splits) * (hd + 2);
-  // The splits' maxima and sums staged in shared memory at once (a thread's serial walk over them
-  // was latency-bound at 64 splits), then the same sums in the same order as one thread would take.
-  __shared__ float sm[kMaxSplits], sl[kMaxSplits], se[kMaxSplits], s_inv;
+  __shared__ float sm[kMaxSplits], sl[kMaxSplits], se[kMaxSplits];
   for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
     sm[s] = pp[s * (hd + 2)];
     sl[s] = pp[s * (hd + 2) + 1];
@@ -246,27 +303,22 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, sm[s]);
   for (int s = threadIdx.x; s < n_splits; s += blockDim.x) se[s] = sm[s] != -INFINITY ? expf(sm[s] - M) : 0.0f;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float L = 0.0f;
-    for (int s = 0; s < n_splits; ++s)
-      if (sm[s] != -INFINITY) L += sl[s] * se[s];
-    s_inv = 1.0f / L;
-  }
-  __syncthreads();
-  const float inv = s_inv;
-  float* o = out + r * int64_t(n_heads) * hd + int64_t(h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float v = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < n_splits; ++s)
-      if (sm[s] != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * se[s];
-    o[d] = v * inv;
-  }
+  float L = 0.0f;
+  for (int s = 0; s < n_splits; ++s)
+    if (sm[s] != -INFINITY) L += sl[s] * se[s];
+  const float inv = 1.0f / L;
+  const int d = int(blockIdx.z) * kCombineDims + int(threadIdx.x);
+  if (d >= hd) return;
+  float v = 0.0f;
+#pragma unroll 16
+  for (int s = 0; s < n_splits; ++s)
+    if (sm[s] != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * se[s];
+  out[r * int64_t(n_heads) * hd + int64_t(h) * hd + d] = v * inv;
 }
 
 // Rows [row0, row0 + rows) with up to max_splits splits each (step_splits, or det_splits per row
-// when per_row_splits).
-template <int DPL>
+// when per_row_splits). C: the cache's element type.
+template <int DPL, typename C>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                       const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits) {
   // head_dim <= 512: at most 4 * 4 * 514 floats, within the 48 KB a launch gets without opting in
@@ -278,13 +330,15 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
     part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
   }
   dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * head_pieces(p.n_heads / p.n_kv_heads)), unsigned(max_splits));
-  attention_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
-      out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
-      ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window,
-      row0, per_row_splits, ctx.step.max_position, part);
+  const bool full = (p.n_heads / p.n_kv_heads) % kHeads == 0;
+  (full ? attention_kernel<DPL, C, true> : attention_kernel<DPL, C, false>)<<<grid, kWarps * 32, smem, ctx.stream>>>(
+      out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.positions,
+      ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads,
+      p.head_dim, p.scale, p.window, row0, per_row_splits, ctx.step.max_position, part);
   CUDA_CHECK_LAUNCH();
   if (max_splits > 1) {
-    attention_combine_kernel<<<dim3(unsigned(rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
+    attention_combine_kernel<<<dim3(unsigned(rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
+                               kCombineDims, 0, ctx.stream>>>(
         out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0, per_row_splits,
         ctx.step.max_position);
     CUDA_CHECK_LAUNCH();
@@ -311,12 +365,12 @@ int split_cap(const StepPlan& plan, const AttentionParams& p, bool grouped_heads
 
 // Every row of the step: one launch with step_splits' count, or in deterministic mode each row
 // with det_splits of its own keys.
-template <int DPL>
+template <int DPL, typename C>
 void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                    const AttentionParams& p, const StepPlan& plan) {
   const int64_t T = q.rows;
   if (!ctx.deterministic) {
-    launch_attention<DPL>(ctx, out, q, cache, p, 0, T, split_cap(plan, p, true), false);
+    launch_attention<DPL, C>(ctx, out, q, cache, p, 0, T, split_cap(plan, p, true), false);
     return;
   }
   ctx.guard->check("deterministic attention (per-row split counts chosen on the host)");
@@ -333,7 +387,7 @@ void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const
       max_splits = splits;
       ++r1;
     }
-    launch_attention<DPL>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true);
+    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true);
     r0 = r1;
   }
 }
@@ -350,7 +404,8 @@ __device__ __forceinline__ int64_t cache_row_ext(const int32_t* block_tables, co
 
 // grid: T blocks; copies k[r], v[r] to the cache row of positions[r]. A ring keeps only each
 // sequence's last ring_rows positions of the step (earlier rows would be overwritten anyway).
-__global__ void kv_write_ext_kernel(float* __restrict__ kc, float* __restrict__ vc,  // cache rows [*, kv_width]
+template <typename C>
+__global__ void kv_write_ext_kernel(C* __restrict__ kc, C* __restrict__ vc,  // cache rows [*, kv_width]
                                     const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
                                     const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                     const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
@@ -360,20 +415,20 @@ __global__ void kv_write_ext_kernel(float* __restrict__ kc, float* __restrict__ 
   if (ring_rows > 0 && int64_t(s.row_begin) + s.n_tokens - r > ring_rows) return;
   const int64_t row = cache_row_ext(block_tables, s, block_size, ring_rows, positions[r]);
   for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
-    kc[row * kv_width + i] = k[r * kv_width + i];
-    vc[row * kv_width + i] = v[r * kv_width + i];
+    kc[row * kv_width + i] = to_cache<C>(k[r * kv_width + i]);
+    vc[row * kv_width + i] = to_cache<C>(v[r * kv_width + i]);
   }
 }
 
 // grid: (T, n_heads, n_splits); block: kWarps warps; as attention_kernel, except for where keys
 // come from. A row's keys: positions [first, pos] (first = pos - window + 1 with a window), or
 // the row's select entries (-1 = unused). Position j is this step's k/v row (ks, vs non-null and
-// j >= n_past) or the cache's (ring or paged). Splits: step_splits(*max_position) when given
-// (surplus blocks exit), else the grid's depth.
-template <int DPL>
+// j >= n_past; taken as_cached<C>, as the cache will hold it) or the cache's (ring or paged).
+// Splits: step_splits(*max_position) when given (surplus blocks exit), else the grid's depth.
+template <int DPL, typename C>
 __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                      const float* __restrict__ q,   // [T, n_heads * hd]
-                                     const float* __restrict__ kc, const float* __restrict__ vc,  // cache rows
+                                     const C* __restrict__ kc, const C* __restrict__ vc,  // cache rows
                                      const float* __restrict__ ks, const float* __restrict__ vs,  // [T, kv_width] or null
                                      const int32_t* __restrict__ select,  // [T, sel_cols] or null
                                      int sel_cols, const int32_t* __restrict__ positions,
@@ -414,21 +469,29 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
   for (int64_t z = z0 + warp; z < z1; z += kWarps) {
     const int64_t j = sel ? int64_t(sel[z]) : first + z;
     if (j < 0 || j > pos) continue;  // an unused select entry (qsa_select never lists a later position)
-    const float *kr, *vr;
+    float kx[DPL], vx[DPL];
     if (ks && j >= s.n_past) {
-      const int64_t row = s.row_begin + (j - s.n_past);
-      kr = ks + row * kv_width + int64_t(kvh) * hd;
-      vr = vs + row * kv_width + int64_t(kvh) * hd;
+      const int64_t at = (s.row_begin + (j - s.n_past)) * kv_width + int64_t(kvh) * hd;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int d = i * 32 + lane;
+        kx[i] = d < hd ? as_cached<C>(ks[at + d]) : 0.0f;
+        vx[i] = d < hd ? as_cached<C>(vs[at + d]) : 0.0f;
+      }
     } else {
-      const int64_t row = cache_row_ext(block_tables, s, block_size, ring_rows, j);
-      kr = kc + row * kv_width + int64_t(kvh) * hd;
-      vr = vc + row * kv_width + int64_t(kvh) * hd;
+      const int64_t at = cache_row_ext(block_tables, s, block_size, ring_rows, j) * kv_width + int64_t(kvh) * hd;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int d = i * 32 + lane;
+        kx[i] = d < hd ? to_f32(kc[at + d]) : 0.0f;
+        vx[i] = d < hd ? to_f32(vc[at + d]) : 0.0f;
+      }
     }
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
       const int d = i * 32 + lane;
-      if (d < hd) dot += qv[i] * kr[d];
+      if (d < hd) dot += qv[i] * kx[i];
     }
     const float score = warp_sum(dot) * scale;
     const float m_new = fmaxf(m, score);
@@ -438,7 +501,7 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
       const int d = i * 32 + lane;
-      acc[i] = acc[i] * corr + (d < hd ? p * vr[d] : 0.0f);
+      acc[i] = acc[i] * corr + (d < hd ? p * vx[i] : 0.0f);
     }
     m = m_new;
   }
@@ -482,7 +545,7 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
   }
 }
 
-template <int DPL>
+template <int DPL, typename C>
 void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                           const KvLayerView& cache, const AttentionParams& p, int n_splits,
                           const int32_t* max_position) {
@@ -494,14 +557,15 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
   }
   const bool step_kv = !k.empty();
   dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
-  attention_ext_kernel<DPL><<<grid, kWarps * 32, smem, ctx.stream>>>(
-      out.f32(), q.f32(), cache.k.f32(), cache.v.f32(), step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr,
+  attention_ext_kernel<DPL, C><<<grid, kWarps * 32, smem, ctx.stream>>>(
+      out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr,
       p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
       ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, p.n_heads,
       p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, max_position, part);
   CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
-    attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads)), 128, 0, ctx.stream>>>(
+    attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
+                               kCombineDims, 0, ctx.stream>>>(
         out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false, max_position);
     CUDA_CHECK_LAUNCH();
   }
@@ -523,17 +587,20 @@ void check_cache_rows(const KvLayerView& cache, const StepPlan& plan) {
 
 void launch_kv_write_ext(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v) {
   if (k.rows == 0) return;
-  kv_write_ext_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(
-      cache.k.f32(), cache.v.f32(), k.f32(), v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
-      ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
-  CUDA_CHECK_LAUNCH();
+  dispatch_kv_cache(cache.k, cache.v, "kv_write", [&]<typename C>() {
+    kv_write_ext_kernel<C><<<unsigned(k.rows), 128, 0, ctx.stream>>>(
+        static_cast<C*>(cache.k.data), static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions,
+        ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace
 
 void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) {
   check_step(ctx, plan);
-  for (const Tensor* t : {&k, &v, &cache.k, &cache.v}) check_f32(*t, "kv_write tensor");
+  for (const Tensor* t : {&k, &v}) check_f32(*t, "kv_write tensor");
+  check_kv_cache(cache.k, cache.v, "kv_write");
   const int64_t width = k.cols;
   KCHECK_MSG(v.cols == width && cache.k.cols == width && cache.v.cols == width && k.rows == plan.n_rows() &&
                  v.rows == k.rows,
@@ -548,7 +615,8 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   check_step(ctx, plan);
   const bool step_kv = !k.empty();  // empty k/v: every position comes from the cache
   KCHECK_MSG(k.empty() == v.empty(), "attention: k and v must both be given or both be empty");
-  for (const Tensor* t : {&out, &q, &cache.k, &cache.v}) check_f32(*t, "attention tensor");
+  for (const Tensor* t : {&out, &q}) check_f32(*t, "attention tensor");
+  check_kv_cache(cache.k, cache.v, "attention");
   if (step_kv) {
     check_f32(k, "attention k");
     check_f32(v, "attention v");
@@ -563,6 +631,8 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   KCHECK(cache.k.cols == kv_width && cache.v.cols == kv_width && out.cols == q.cols && out.rows == q.rows);
   KCHECK(q.rows == plan.n_rows() && (!step_kv || (k.rows == q.rows && v.rows == q.rows)));
   KCHECK_MSG(hd > 0 && hd <= 512, "attention: head_dim ", hd, " (the CUDA kernel takes up to 512)");
+  KCHECK_MSG(cache.k.dtype != DType::kBF16 || hd % 2 == 0, "attention: a BF16 KV cache needs an even head_dim, got ",
+             hd, " (use --kv-cache f32)");
   KCHECK_MSG(cache.ring_rows == 0 || (p.window > 0 && p.window <= cache.ring_rows && p.select.empty()),
              "attention: a ring cache of ", cache.ring_rows, " rows needs a window of at most that (window ",
              p.window, ") and no selection");
@@ -573,19 +643,21 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   if (q.rows == 0) return;
   if (cache.ring_rows == 0 && p.select.empty() && p.write_kv && step_kv) {
     // The Qwen-line path: write the step's k/v first, then attend over the cache alone.
-    kv_write_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(cache.k.f32(), cache.v.f32(), k.f32(), v.f32(),
-                                                              ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
-                                                              ctx.step.block_tables, ctx.step.block_size, kv_width);
-    CUDA_CHECK_LAUNCH();
-    if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
-      attention_prefill(ctx, out, q, cache, p, plan);
-      return;
-    }
-    if (hd <= 32) run_attention<1>(ctx, out, q, cache, p, plan);
-    else if (hd <= 64) run_attention<2>(ctx, out, q, cache, p, plan);
-    else if (hd <= 128) run_attention<4>(ctx, out, q, cache, p, plan);
-    else if (hd <= 256) run_attention<8>(ctx, out, q, cache, p, plan);
-    else run_attention<16>(ctx, out, q, cache, p, plan);
+    dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
+      kv_write_kernel<C><<<unsigned(k.rows), 128, 0, ctx.stream>>>(
+          static_cast<C*>(cache.k.data), static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions,
+          ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, kv_width);
+      CUDA_CHECK_LAUNCH();
+      if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
+        attention_prefill(ctx, out, q, cache, p, plan);
+        return;
+      }
+      if (hd <= 32) run_attention<1, C>(ctx, out, q, cache, p, plan);
+      else if (hd <= 64) run_attention<2, C>(ctx, out, q, cache, p, plan);
+      else if (hd <= 128) run_attention<4, C>(ctx, out, q, cache, p, plan);
+      else if (hd <= 256) run_attention<8, C>(ctx, out, q, cache, p, plan);
+      else run_attention<16, C>(ctx, out, q, cache, p, plan);
+    });
     return;
   }
   // The general path: the step's own positions from k/v, the past from the cache; write after.
@@ -601,11 +673,13 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   } else if (!ctx.deterministic) {
     n_splits = step_splits(p.select.cols - 1, 0, split_cap(plan, p));  // sel_cols keys
   }
-  if (hd <= 32) launch_attention_ext<1>(ctx, out, q, k, v, cache, p, n_splits, max_position);
-  else if (hd <= 64) launch_attention_ext<2>(ctx, out, q, k, v, cache, p, n_splits, max_position);
-  else if (hd <= 128) launch_attention_ext<4>(ctx, out, q, k, v, cache, p, n_splits, max_position);
-  else if (hd <= 256) launch_attention_ext<8>(ctx, out, q, k, v, cache, p, n_splits, max_position);
-  else launch_attention_ext<16>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+  dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
+    if (hd <= 32) launch_attention_ext<1, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+    else if (hd <= 64) launch_attention_ext<2, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+    else if (hd <= 128) launch_attention_ext<4, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+    else if (hd <= 256) launch_attention_ext<8, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+    else launch_attention_ext<16, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
+  });
   if (step_kv && p.write_kv) launch_kv_write_ext(ctx, cache, k, v);
 }
 

@@ -8,7 +8,7 @@
 // each. Groups of more than 64 heads take the split-KV kernel (attention_prefill_applies).
 //
 // Keys. First kv_copy_kernel copies the keys each sequence attends (every KV head) from the paged
-// F32 cache into BF16 terms, contiguous per sequence (groups of sequences within a budget). The
+// cache (F32, or BF16) into BF16 terms, contiguous per sequence (groups of sequences within a budget). The
 // keys a row attends are cut into segments of kSegKeys positions on an absolute grid; a block
 // handles one segment (grid z: KV head x segment slot), walking it in key tiles of kBc positions
 // (64, or 32 for head_dim 256 and for the split precisions, to fit two stages in shared memory)
@@ -97,6 +97,15 @@ __device__ __forceinline__ void store_terms(bf16* hi, bf16* lo, float4 x) {
   }
 }
 
+// Four consecutive cache elements (16-byte aligned F32, 8-byte aligned BF16) as floats.
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load4(const bf16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
 // 16 bytes global -> shared, asynchronously; `valid` false writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -175,9 +184,10 @@ struct KvCopy {
 };
 
 // grid: (ceil(max keys / 8), the group's sequences); block: 256. Converts 8 keys of a sequence's
-// range (every KV head) from the paged F32 cache into the copy's BF16 terms.
-template <bool SPLIT>
-__global__ void kv_copy_kernel(KvCopy c, const float* __restrict__ kc, const float* __restrict__ vc,
+// range (every KV head) from the paged cache (F32, or BF16: then its lo terms are zero) into the
+// copy's BF16 terms.
+template <bool SPLIT, typename C>
+__global__ void kv_copy_kernel(KvCopy c, const C* __restrict__ kc, const C* __restrict__ vc,
                                const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                int block_size, int hd) {
   const KeyRange rg = c.ranges[blockIdx.y];
@@ -189,8 +199,8 @@ __global__ void kv_copy_kernel(KvCopy c, const float* __restrict__ kc, const flo
     const int col = (i % vec) * 4, kvh = col / hd, d = col % hd;
     const int j = rg.first + kr;
     const int64_t cache_row = int64_t(block_tables[s.table_begin + j / block_size]) * block_size + j % block_size;
-    const float4 kx = *reinterpret_cast<const float4*>(kc + cache_row * width + col);
-    const float4 vx = *reinterpret_cast<const float4*>(vc + cache_row * width + col);
+    const float4 kx = load4(kc + cache_row * width + col);
+    const float4 vx = load4(vc + cache_row * width + col);
     const int64_t r = rg.base + kr;
     store_terms<SPLIT>(c.row(0, 0, kvh, r, hd) + d, SPLIT ? c.row(1, 0, kvh, r, hd) + d : nullptr, kx);
     store_terms<SPLIT>(c.row(0, 1, kvh, r, hd) + d, SPLIT ? c.row(1, 1, kvh, r, hd) + d : nullptr, vx);
@@ -484,9 +494,12 @@ void run_group(const Context& ctx, const Tensor& out, const Tensor& q, const KvL
                   .ranges = ranges_dev,
                   .keys = keys,
                   .n_kv = n_kv};
-  kv_copy_kernel<SPLIT><<<dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream>>>(
-      kv, cache.k.f32(), cache.v.f32(), ctx.step.seqs + s0, ctx.step.block_tables, ctx.step.block_size, HD);
-  CUDA_CHECK_LAUNCH();
+  dispatch_kv_cache(cache.k, cache.v, "attention_prefill", [&]<typename C>() {
+    kv_copy_kernel<SPLIT, C><<<dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream>>>(
+        kv, static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.seqs + s0,
+        ctx.step.block_tables, ctx.step.block_size, HD);
+    CUDA_CHECK_LAUNCH();
+  });
 
   // Slots per launch: the partial results of one launch within the budget (at least one slot),
   // and KV heads x slots within the grid's z limit.

@@ -139,6 +139,35 @@ void dispatch_weight(DType dt, const char* what, Fn&& fn) {
   }
 }
 
+// KV cache elements: F32, or BF16 (Ops::set_kv_cache_bf16; stored rounded to nearest even).
+// as_cached(x): the value a cache of element C holds for x — what a step's own key or value is
+// attended as, so a position's value does not depend on whether it comes from the step or the cache.
+template <typename C>
+__device__ __forceinline__ C to_cache(float x);
+template <>
+__device__ __forceinline__ float to_cache<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_cache<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <typename C>
+__device__ __forceinline__ float as_cached(float x) { return to_f32(to_cache<C>(x)); }
+
+// A KV cache's k and v: F32 or BF16 alike, on the device.
+inline void check_kv_cache(const Tensor& k, const Tensor& v, const char* what) {
+  KCHECK_MSG(k.dtype == v.dtype && (k.dtype == DType::kF32 || k.dtype == DType::kBF16), what,
+             ": the KV cache must be F32 or BF16 (k and v alike), got ", dtype_name(k.dtype), " / ",
+             dtype_name(v.dtype));
+  KCHECK_MSG((k.device == Device::kCuda || k.numel() == 0) && (v.device == Device::kCuda || v.numel() == 0), what,
+             ": the KV cache is not on the CUDA device");
+}
+
+// Calls fn.template operator()<C>() with C the device type of a KV cache (F32 or BF16, k and v alike).
+template <typename Fn>
+void dispatch_kv_cache(const Tensor& k, const Tensor& v, const char* what, Fn&& fn) {
+  check_kv_cache(k, v, what);
+  if (k.dtype == DType::kBF16) fn.template operator()<__nv_bfloat16>();
+  else fn.template operator()<float>();
+}
+
 inline void check_f32(const Tensor& t, const char* what) {
   KCHECK_MSG(t.dtype == DType::kF32, what, " must be F32, got ", dtype_name(t.dtype));
   KCHECK_MSG(t.device == Device::kCuda || t.numel() == 0, what, " is not on the CUDA device");

@@ -32,6 +32,7 @@ int run_parity_cmd(const Args& args) {
     j["precision"] = ops->activation_dtype() == DType::kF64 ? "f64" : "f32";
     j["deterministic"] = bo.deterministic;
     j["matmul_precision"] = mp.empty() ? nlohmann::json() : nlohmann::json(mp);
+    j["kv_cache"] = std::string(dtype_name(ops->kv_cache_dtype()));
     j["tolerance"] = opts.tolerance;
     j["prompts"] = nlohmann::json::array();
     for (const auto& p : r.prompts) {
@@ -57,9 +58,10 @@ int run_parity_cmd(const Args& args) {
       std::printf("%-6d %12.3e %12.3e %12.3e %12s %s%s\n", p.len, p.max_abs_err, p.rel_err, p.step_rel_err, hidden,
                   greedy.c_str(), p.pass ? "" : "  FAIL");
     }
-    std::printf("%s (tolerance %.1e of the logits' RMS, device %s, %s activations%s%s)\n", r.pass ? "PASS" : "FAIL",
+    std::printf("%s (tolerance %.1e of the logits' RMS, device %s, %s activations%s%s%s)\n", r.pass ? "PASS" : "FAIL",
                 opts.tolerance, ops->name(), ops->activation_dtype() == DType::kF64 ? "f64" : "f32",
-                mp.empty() ? "" : (", matmul precision " + mp).c_str(), bo.deterministic ? ", deterministic" : "");
+                mp.empty() ? "" : (", matmul precision " + mp).c_str(), bo.deterministic ? ", deterministic" : "",
+                ops->kv_cache_dtype() == DType::kBF16 ? ", BF16 KV cache" : "");
   }
   return r.pass ? 0 : 1;
 }

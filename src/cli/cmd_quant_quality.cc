@@ -63,6 +63,7 @@ int run_quant_quality(const Args& args) {
     const std::string mp = matmul_precision_report(bo);  // empty on cpu
     nlohmann::json j = {{"quantized", quant_path}, {"source", source_dir}, {"device", ops->name()},
                         {"matmul_precision", mp.empty() ? nlohmann::json() : nlohmann::json(mp)},
+                        {"kv_cache", std::string(dtype_name(ops->kv_cache_dtype()))},
                         {"date", date}, {"ctx", o.ctx}, {"windows", q.windows}, {"positions", q.positions},
                         {"kl_mean", q.kl_mean}, {"kl_p90", q.kl_p90}, {"kl_p99", q.kl_p99}, {"kl_max", q.kl_max},
                         {"top1_agreement", q.top1_agreement}, {"ppl_source", q.ppl_source},

@@ -1,7 +1,7 @@
 // --kv-cache f32|bf16 (Ops::set_kv_cache_bf16): a bad value is refused by name on every command
 // that runs a model and by info; the cache allocates BF16 key and value rows (only those: the
 // recurrent state keeps the activation dtype); the memory plan and info count 2 bytes an element;
-// bench records the dtype in its JSON.
+// bench, parity and quant-quality record the dtype.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -79,7 +79,7 @@ TEST(KvCache, PlanCountsTwoBytesAnElement) {
   EXPECT_GE(p16.sizing.n_blocks, std::min<int64_t>(INT32_MAX, 2 * int64_t(p32.sizing.n_blocks)));
 }
 
-TEST(KvCacheCli, InfoAndBenchReportTheDtype) {
+TEST(KvCacheCli, InfoBenchAndParityReportTheDtype) {
   const std::string m = data_path("fixtures/qwen3_5");
   int status = 0;
   const auto f32 = nlohmann::json::parse(run_cli("info -m " + m + " --json", &status));
@@ -98,6 +98,12 @@ TEST(KvCacheCli, InfoAndBenchReportTheDtype) {
         << out;
     EXPECT_EQ(nlohmann::json::parse(read_file(json))["kv_cache"], kv == std::string("f32") ? "F32" : "BF16");
   }
+  // parity names a BF16 cache in its verdict and JSON (the fixture fails its F32 tolerance with it)
+  const std::string out = run_cli("parity -m " + m + " --kv-cache bf16", &status);
+  EXPECT_NE(out.find(", BF16 KV cache)"), std::string::npos) << out;
+  const auto pj = nlohmann::json::parse(run_cli("parity -m " + m + " --json", &status));
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(pj["kv_cache"], "F32");
 }
 
 }  // namespace

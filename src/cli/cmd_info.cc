@@ -57,9 +57,9 @@ void print_text(const ModelInfo& info) {
   if (info.state_bytes_per_seq > 0) {
     std::string parts;
     const int n_lin = c.count_layers(LayerKind::kLinearAttention);
-    if (n_lin > 0) parts = cat(n_lin, " linear-attention layers");
-    if (rings > 0) parts += cat(parts.empty() ? "" : ", ", rings, " sliding-window rings");
-    row("state", cat(human_bytes(double(info.state_bytes_per_seq)), " per sequence (", parts, ", F32)"));
+    if (n_lin > 0) parts = cat(n_lin, " linear-attention layers, F32");
+    if (rings > 0) parts += cat(parts.empty() ? "" : "; ", rings, " sliding-window rings, ", kv_dtype);
+    row("state", cat(human_bytes(double(info.state_bytes_per_seq)), " per sequence (", parts, ")"));
   }
   row("memory", cat(human_bytes(double(info.total_bytes)), " for ", info.plan.seqs, " x ", info.plan.ctx,
                     " tokens: weights ", human_bytes(double(info.weight_bytes)), " + KV ",

@@ -36,11 +36,15 @@ void check_matmul_precision(const BackendOptions& o) {
 }
 
 void check_kv_cache(const BackendOptions& o) {
-  if (o.kv_cache && *o.kv_cache != "f32" && *o.kv_cache != "bf16")
-    bad_input("--kv-cache must be f32 or bf16, got '", *o.kv_cache, "'");
+  if (o.kv_cache) kv_cache_bf16(*o.kv_cache);
 }
 
 }  // namespace
+
+bool kv_cache_bf16(const std::string& value) {
+  if (value != "f32" && value != "bf16") bad_input("--kv-cache must be f32 or bf16, got '", value, "'");
+  return value == "bf16";
+}
 
 BackendOptions backend_options(const Args& args) {
   BackendOptions o{.device = args.get("device", "cpu"), .deterministic = args.flag("deterministic")};

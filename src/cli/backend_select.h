@@ -55,6 +55,9 @@ inline constexpr const char* kKvCacheHelp =
 // The --kv-cache option's default as help shows it.
 inline constexpr const char* kKvCacheDefault = "f32";
 
+// A --kv-cache value: true for bf16, false for f32; anything else is refused naming the flag.
+bool kv_cache_bf16(const std::string& value);
+
 // --device (default cpu), --deterministic and --matmul-precision and, for commands that offer it,
 // --precision. Error naming the flag for a bad value or a combination the backend cannot honour.
 BackendOptions backend_options(const Args& args);

@@ -346,7 +346,8 @@ const Registrar kReg{{
     .name = "bench",
     .summary = "measure prompt processing and token generation speed",
     .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] "
-             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic] [--json FILE]",
+             "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] "
+             "[--deterministic] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"

@@ -1,6 +1,7 @@
 // kestrel info: what a checkpoint directory (or GGUF file) holds and how much memory running it takes.
 #include <cstdio>
 
+#include "cli/backend_select.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -74,9 +75,7 @@ int run_info(const Args& args) {
       .ctx = args.get_int("ctx", 4096, 1, int64_t(1) << 24),
       .seqs = int32_t(args.get_int("seqs", 1, 1, 1 << 20)),
   };
-  const std::string kv = args.get("kv-cache", "f32");
-  if (kv != "f32" && kv != "bf16") bad_input("--kv-cache must be f32 or bf16, got '", kv, "'");
-  plan.kv_bf16 = kv == "bf16";
+  plan.kv_bf16 = kv_cache_bf16(args.get("kv-cache", "f32"));
   ModelInfo info = model_info(args.require("model"), plan);
   if (args.flag("json")) {
     std::printf("%s\n", model_info_json(info).dump(1).c_str());

@@ -1,7 +1,8 @@
 // attention: paged-KV causal softmax attention with GQA and an optional sliding window.
 // The cache holds F32 or BF16 elements (C; Ops::set_kv_cache_bf16). With BF16 every key and value
 // a row attends is taken at BF16, the step's own as well (as_cached), as the CPU oracle does.
-// 1. kv_write_kernel writes the step's k/v rows into each sequence's cache blocks.
+// 1. kv_write_kernel (shared with the general path below) writes the step's k/v rows into each
+//    sequence's cache blocks.
 // 2. attention_kernel: one block per (row, KV head, split), serving up to 4 query heads of that
 //    KV head's GQA group (each K/V row it loads feeds them all). The row's key positions
 //    [max(0, pos - window + 1), pos] are cut into n_splits contiguous ranges (split-KV: decode
@@ -17,7 +18,7 @@
 // KV another layer wrote (write_kv = false, or no k/v at all) and a per-row selection of positions
 // (QSA). It reads each position from the step's k/v when the step holds it (position >= n_past)
 // and from the cache otherwise, as the CPU oracle does, and writes the step's k/v afterwards
-// (kv_write_ext_kernel: paged, or only the last ring_rows positions of each sequence for a ring).
+// (kv_write_kernel: paged, or only the last ring_rows positions of each sequence for a ring).
 // Its softmax, split-KV partition and combine are the first kernel's (one block per query head,
 // one key at a time a warp).
 // The split count is chosen per step from the step's rows and longest row (step_splits), so a
@@ -61,22 +62,6 @@ __device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const 
                                              int64_t pos) {
   const int32_t block = block_tables[s.table_begin + pos / block_size];
   return int64_t(block) * block_size + pos % block_size;
-}
-
-// grid: T blocks; copies k[r], v[r] (kv_width floats) into the cache row of position positions[r].
-template <typename C>
-__global__ void kv_write_kernel(C* __restrict__ kc, C* __restrict__ vc,  // [n_blocks * bs, kv_width]
-                                const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
-                                const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
-                                const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
-                                int block_size, int64_t kv_width) {
-  const int64_t r = blockIdx.x;
-  const SeqStep s = seqs[row_seq[r]];
-  const int64_t row = cache_row(block_tables, s, block_size, positions[r]);
-  for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
-    kc[row * kv_width + i] = to_cache<C>(k[r * kv_width + i]);
-    vc[row * kv_width + i] = to_cache<C>(v[r * kv_width + i]);
-  }
 }
 
 // grid: (rows, n_kv_heads * head groups, max_splits) for rows [row0, row0 + rows); block: kWarps
@@ -402,14 +387,15 @@ __device__ __forceinline__ int64_t cache_row_ext(const int32_t* block_tables, co
   return cache_row(block_tables, s, block_size, pos);
 }
 
-// grid: T blocks; copies k[r], v[r] to the cache row of positions[r]. A ring keeps only each
-// sequence's last ring_rows positions of the step (earlier rows would be overwritten anyway).
+// grid: T blocks; copies k[r], v[r] to the cache row of positions[r], paged (both paths) or in a
+// ring, which keeps only each sequence's last ring_rows positions of the step (earlier rows would
+// be overwritten anyway).
 template <typename C>
-__global__ void kv_write_ext_kernel(C* __restrict__ kc, C* __restrict__ vc,  // cache rows [*, kv_width]
-                                    const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
-                                    const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
-                                    const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
-                                    int block_size, int ring_rows, int64_t kv_width) {
+__global__ void kv_write_kernel(C* __restrict__ kc, C* __restrict__ vc,  // cache rows [*, kv_width]
+                                const float* __restrict__ k, const float* __restrict__ v,  // [T, kv_width]
+                                const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
+                                const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
+                                int block_size, int ring_rows, int64_t kv_width) {
   const int64_t r = blockIdx.x;
   const SeqStep s = seqs[row_seq[r]];
   if (ring_rows > 0 && int64_t(s.row_begin) + s.n_tokens - r > ring_rows) return;
@@ -558,8 +544,8 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
   const bool step_kv = !k.empty();
   dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
   attention_ext_kernel<DPL, C><<<grid, kWarps * 32, smem, ctx.stream>>>(
-      out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr,
-      p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
+      out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data),
+      step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr, p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
       ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, p.n_heads,
       p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, max_position, part);
   CUDA_CHECK_LAUNCH();
@@ -585,10 +571,10 @@ void check_cache_rows(const KvLayerView& cache, const StepPlan& plan) {
   }
 }
 
-void launch_kv_write_ext(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v) {
+void launch_kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v) {
   if (k.rows == 0) return;
   dispatch_kv_cache(cache.k, cache.v, "kv_write", [&]<typename C>() {
-    kv_write_ext_kernel<C><<<unsigned(k.rows), 128, 0, ctx.stream>>>(
+    kv_write_kernel<C><<<unsigned(k.rows), 128, 0, ctx.stream>>>(
         static_cast<C*>(cache.k.data), static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions,
         ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
     CUDA_CHECK_LAUNCH();
@@ -607,7 +593,7 @@ void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, con
              "kv_write: k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "] into a cache of width ",
              cache.k.cols, " for ", plan.n_rows(), " rows");
   check_cache_rows(cache, plan);
-  launch_kv_write_ext(ctx, cache, k, v);
+  launch_kv_write(ctx, cache, k, v);
 }
 
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -643,11 +629,8 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   if (q.rows == 0) return;
   if (cache.ring_rows == 0 && p.select.empty() && p.write_kv && step_kv) {
     // The Qwen-line path: write the step's k/v first, then attend over the cache alone.
+    launch_kv_write(ctx, cache, k, v);  // paged (ring_rows 0): every row written
     dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
-      kv_write_kernel<C><<<unsigned(k.rows), 128, 0, ctx.stream>>>(
-          static_cast<C*>(cache.k.data), static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions,
-          ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, kv_width);
-      CUDA_CHECK_LAUNCH();
       if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
         attention_prefill(ctx, out, q, cache, p, plan);
         return;
@@ -680,7 +663,7 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
     else if (hd <= 256) launch_attention_ext<8, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
     else launch_attention_ext<16, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
   });
-  if (step_kv && p.write_kv) launch_kv_write_ext(ctx, cache, k, v);
+  if (step_kv && p.write_kv) launch_kv_write(ctx, cache, k, v);
 }
 
 }  // namespace kestrel::cuda

@@ -8,9 +8,9 @@
 // each. Groups of more than 64 heads take the split-KV kernel (attention_prefill_applies).
 //
 // Keys. First kv_copy_kernel copies the keys each sequence attends (every KV head) from the paged
-// cache (F32, or BF16) into BF16 terms, contiguous per sequence (groups of sequences within a budget). The
-// keys a row attends are cut into segments of kSegKeys positions on an absolute grid; a block
-// handles one segment (grid z: KV head x segment slot), walking it in key tiles of kBc positions
+// cache (F32, or BF16) into BF16 terms, contiguous per sequence (groups of sequences within a
+// budget). The keys a row attends are cut into segments of kSegKeys positions on an absolute
+// grid; a block handles one segment (grid z: KV head x segment slot), walking it in key tiles of kBc positions
 // (64, or 32 for head_dim 256 and for the split precisions, to fit two stages in shared memory)
 // streamed from the copy by cp.async, the next tile's copy in flight while the current one is
 // computed. Segments fill the GPU when a chunk has few rows and a long past. Each block writes its rows' partial results (unnormalized O, the

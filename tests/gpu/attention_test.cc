@@ -6,6 +6,7 @@
 // Cache writes are copies (exact).
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "cache/model_cache.h"
@@ -81,6 +82,14 @@ struct GeneralAttention {
   int select_cols = 0;    // > 0: a random selection of this many entries per row (-1 padded)
 };
 
+// A case and its step's row count, for failure messages.
+std::string describe(const GeneralAttention& c, int64_t rows) {
+  return "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " + std::to_string(c.hd) + " window " +
+         std::to_string(c.window) + (c.ring ? " ring" : "") + (c.write_kv ? "" : " no-write") +
+         (c.step_kv ? "" : " cache-only") + " select " + std::to_string(c.select_cols) + " rows " +
+         std::to_string(rows);
+}
+
 class AttentionGeneral : public GpuTest {
  protected:
   void check(const GeneralAttention& c, const std::vector<std::pair<int, int>>& seqs) {
@@ -118,10 +127,7 @@ class AttentionGeneral : public GpuTest {
     p.select = dsel.view();
     gpu().begin_step(plan);
     gpu().attention(out, dq, gk, gv, {.k = dkc, .v = dvc, .ring_rows = rr}, p, plan);
-    const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
-                             std::to_string(c.hd) + " window " + std::to_string(c.window) + (c.ring ? " ring" : "") +
-                             (c.write_kv ? "" : " no-write") + (c.step_kv ? "" : " cache-only") + " select " +
-                             std::to_string(c.select_cols) + " rows " + std::to_string(T);
+    const std::string what = describe(c, T);
     EXPECT_LE(rel_err(down(out), host(ref)), 1e-5) << what;
     EXPECT_EQ(down(dkc), host(kc)) << what << ": k cache";
     EXPECT_EQ(down(dvc), host(vc)) << what << ": v cache";
@@ -172,14 +178,8 @@ TEST_F(AttentionGeneral, Selection) {
 // KV-shared readers with and without the step's k/v) and the tiled prefill kernel; the split-KV
 // kernel's lanes hold BF16 dims in pairs (F32: one per 32) and take twice the keys a group, a
 // different summation order: 1e-6 there. Against the CPU oracle over the same BF16 cache: 1e-5,
-// as the F32 tests. And kv_write stores what the CPU's does.
-struct Bf16CacheCase {
-  int heads, kv, hd;
-  int window = 0;
-  bool ring = false;
-  bool write_kv = true;
-  bool step_kv = true;
-};
+// as the F32 tests. And kv_write stores what the CPU's does. Cases as GeneralAttention's, without
+// selections.
 
 class AttentionBf16Cache : public GpuTest {
  protected:
@@ -206,7 +206,8 @@ class AttentionBf16Cache : public GpuTest {
     return v;
   }
 
-  void check(const Bf16CacheCase& c, const std::vector<std::pair<int, int>>& seqs) {
+  void check(const GeneralAttention& c, const std::vector<std::pair<int, int>>& seqs) {
+    ASSERT_EQ(c.select_cols, 0) << "selections are not among these cases";
     int32_t n_blocks = 0;
     StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
     const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
@@ -230,10 +231,7 @@ class AttentionBf16Cache : public GpuTest {
                     {.k = fkc, .v = fvc, .ring_rows = rr}, p, plan);
     gpu().attention(out_b, dq, c.step_kv ? bk.view() : Tensor{}, c.step_kv ? bv.view() : Tensor{},
                     {.k = bkc, .v = bvc, .ring_rows = rr}, p, plan);
-    const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
-                             std::to_string(c.hd) + " window " + std::to_string(c.window) + (c.ring ? " ring" : "") +
-                             (c.write_kv ? "" : " no-write") + (c.step_kv ? "" : " cache-only") + " rows " +
-                             std::to_string(T);
+    const std::string what = describe(c, T);
     const std::vector<float> of = down(out_f), ob = down(out_b);
     int max_rows = 0;
     for (auto [past, n] : seqs) max_rows = std::max(max_rows, n);

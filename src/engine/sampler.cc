@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <bit>
+#include <iterator>
+#include <limits>
 #include <unordered_map>
 
 #include "ops/ops.h"
@@ -10,7 +13,7 @@ namespace kestrel {
 
 int32_t argmax(const float* logits, int64_t vocab) { return first_argmax(logits, vocab); }
 
-static double log_sum_exp(const float* logits, int64_t vocab) {
+double log_sum_exp(const float* logits, int64_t vocab) {
   float mx = logits[argmax(logits, vocab)];
   double s = 0;
   for (int64_t i = 0; i < vocab; ++i) s += std::exp(double(logits[i]) - mx);
@@ -18,11 +21,18 @@ static double log_sum_exp(const float* logits, int64_t vocab) {
 }
 
 float token_logprob(const float* logits, int64_t vocab, int32_t token) {
-  return float(double(logits[token]) - log_sum_exp(logits, vocab));
+  return token_logprob(logits, vocab, token, log_sum_exp(logits, vocab));
+}
+
+float token_logprob(const float* logits, int64_t vocab, int32_t token, double lse) {
+  return float(double(logits[token]) - lse);
 }
 
 std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t vocab, int k) {
-  const double lse = log_sum_exp(logits, vocab);
+  return top_logprobs(logits, vocab, k, log_sum_exp(logits, vocab));
+}
+
+std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t vocab, int k, double lse) {
   std::vector<int32_t> idx(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) idx[size_t(i)] = int32_t(i);
   k = int(std::min<int64_t>(k, vocab));
@@ -34,6 +44,124 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t
   return out;
 }
 
+namespace {
+
+// exp(x) for x <= 0 in single precision, written out so that the loop over a row vectorizes and
+// every machine computes the same bits (libm's exp differs between versions): x = n ln2 + r with
+// |r| <= ln2 / 2 (Cody-Waite), e^r by its degree-7 Taylor polynomial (truncation < 6e-9; with roundings within 2e-7 of exp), times
+// 2^n built in the exponent bits. Below -87 (e^-87 ~ 1.6e-38, against the top token's 1) it is 0.
+// (Exact for x = 0: the top token weighs 1.)
+inline float exp_nonpositive(float x) {
+  // |x| <= 87 keeps x; NaN, infinities and beyond take -87 (in range for the int conversion) and
+  // give 0. Selected on the bits: float compares would keep the loop from vectorizing.
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  const uint32_t keep = (b & 0x7fffffffu) <= 0x42ae0000u ? 0xffffffffu : 0u;  // 0x42ae0000 = 87.0f
+  const float xc = std::bit_cast<float>((b & keep) | (0xc2ae0000u & ~keep));
+  const float t = xc * 1.44269504f + 12582912.0f;  // round(x log2 e) in the low mantissa bits
+  const float n = t - 12582912.0f;
+  const float r = (xc - n * 0.693145752f) - n * 1.42860677e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float v = p * std::bit_cast<float>((int32_t(n) + 127) << 23);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) & keep);
+}
+
+}  // namespace
+
+double sampling_weight(float x) { return double(exp_nonpositive(x)); }
+
+void sampling_weights(const float* x, float top, double* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = double(exp_nonpositive(x[i] - top));
+}
+
+namespace {
+
+// Per-thread scratch of sample(): a sampler per request would otherwise hold three
+// vocabulary-sized arrays for its whole life.
+struct Scratch {
+  std::vector<float> penalized;  // logits after the penalties
+  std::vector<float> scaled;     // penalized / temperature, NaN as -inf: the sampling order's key
+  std::vector<double> prob;      // exp(scaled - max), unnormalized, indexed by token
+  std::vector<int32_t> order;    // the candidates; [0, ranked) in sampling order
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The candidates in sampling order (highest scaled logit first, the lower id first on ties),
+// ranked only as far as a walk reaches. Each extension moves the unranked candidates whose scaled
+// logit is within the next of a few widening margins of the top's to the front and sorts just
+// those: everything left behind comes after them in the order. A peaked distribution is ranked in
+// a few passes over the vocabulary instead of a sort of it; the order is exactly the full sort's.
+class Ranking {
+ public:
+  Ranking(std::vector<int32_t>& ids, const float* key, float top, size_t ranked)
+      : ids_(ids), key_(key), top_(top), ranked_(ranked) {}
+  int32_t at(size_t i) {
+    while (i >= ranked_ && ranked_ < ids_.size()) extend();
+    return ids_[i];
+  }
+  // Keeps the first n of the order (n <= what is ranked).
+  void truncate(size_t n) {
+    ids_.resize(n);
+    ranked_ = std::min(ranked_, n);
+  }
+
+ private:
+  void extend() {
+    static constexpr float kMargins[] = {6.9f, 13.8f, 27.6f};  // weights ~1e-3, 1e-6, 1e-12 of the top's
+    const auto first = ids_.begin() + long(ranked_);
+    auto mid = ids_.end();
+    if (tier_ < std::size(kMargins)) {
+      const float cut = top_ - kMargins[tier_];
+      mid = std::partition(first, ids_.end(), [k = key_, cut](int32_t t) { return k[t] >= cut; });
+    }
+    ++tier_;
+    const float* k = key_;
+    std::sort(first, mid, [k](int32_t a, int32_t b) { return k[a] != k[b] ? k[a] > k[b] : a < b; });
+    ranked_ = size_t(mid - ids_.begin());
+  }
+
+  std::vector<int32_t>& ids_;
+  const float* key_;
+  float top_;
+  size_t ranked_;
+  size_t tier_ = 0;
+};
+
+// Sums of weights in 8 interleaved lanes, folded in a fixed order: the same bits every time for the
+// same terms, without a chain of dependent additions through the vocabulary.
+double lane_sum(const double* w, int64_t n) {
+  double lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += w[i + j];
+  }
+  for (; i < n; ++i) lane[i % 8] += w[i];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+double lane_sum(const double* w, const std::vector<int32_t>& ids) {
+  double lane[8] = {};
+  const size_t n = ids.size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += w[ids[i + j]];
+  }
+  for (; i < n; ++i) lane[i % 8] += w[ids[i]];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+}  // namespace
+
 Sampler::Sampler(SamplingParams params) : p_(params), rng_(params.seed) {}
 
 bool Sampler::plain_greedy() const {
@@ -43,13 +171,14 @@ bool Sampler::plain_greedy() const {
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {
+  Scratch& w = scratch();
   const bool penalize = p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   const float* l = logits;
   if (penalize) {
-    work_.assign(logits, logits + vocab);
+    w.penalized.assign(logits, logits + vocab);
     if (p_.repetition_penalty != 1.0f) {
       auto apply = [&](int32_t t) {
-        float& v = work_[size_t(t)];
+        float& v = w.penalized[size_t(t)];
         v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
       };
       std::vector<bool> seen(static_cast<size_t>(vocab), false);
@@ -66,54 +195,124 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
       std::unordered_map<int32_t, int> counts;
       for (int32_t t : generated) ++counts[t];
       for (const auto& [t, c] : counts) {
-        if (t >= 0 && t < vocab) work_[size_t(t)] -= p_.presence_penalty + p_.frequency_penalty * float(c);
+        if (t >= 0 && t < vocab) w.penalized[size_t(t)] -= p_.presence_penalty + p_.frequency_penalty * float(c);
       }
     }
-    l = work_.data();
+    l = w.penalized.data();
   }
   if (p_.temperature <= 0.0f) return argmax(l, vocab);
-  cand_.clear();
-  for (int64_t i = 0; i < vocab; ++i) cand_.emplace_back(l[i] / p_.temperature, int32_t(i));
-  // Highest first; ties by lower id so the order is fully determined.
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
-  size_t keep = cand_.size();
-  if (p_.top_k > 0 && size_t(p_.top_k) < keep) {
-    keep = size_t(p_.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + long(keep), cand_.end(), by_logit);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+
+  // Scale (NaN as -inf), and find the top: the first token of the sampling order. Both passes work
+  // on the bits so that they vectorize: floats ordered as the integers `ordered` maps them to.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  w.scaled.resize(size_t(vocab));
+  float* s = w.scaled.data();
+  const float temperature = p_.temperature;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const uint32_t b = std::bit_cast<uint32_t>(l[i] / temperature);
+    s[i] = std::bit_cast<float>((b & 0x7fffffffu) > 0x7f800000u ? 0xff800000u : b);
   }
-  cand_.resize(keep);
-  const float mx = cand_[0].first;
-  std::vector<double> probs(keep);
+  auto ordered = [](float v) {  // monotone: a < b as floats (no NaN) implies ordered(a) < ordered(b)
+    const int32_t b = std::bit_cast<int32_t>(v);
+    return b ^ ((b >> 31) & 0x7fffffff);
+  };
+  int32_t best = std::numeric_limits<int32_t>::min();
+  for (int64_t i = 0; i < vocab; ++i) best = std::max(best, ordered(s[i]));
+  const float mx = std::bit_cast<float>(best ^ ((best >> 31) & 0x7fffffff));  // ordered() undone
+  int32_t top = 0;
+  while (s[top] != mx) ++top;  // as floats: -0 and +0 tie, and the lower id comes first
+  // An infinite top takes all the mass (the first such token); with nothing finite above -inf
+  // there is no distribution to draw from, and the greedy pick stands.
+  if (mx == kInf) return top;
+  if (mx == -kInf) return argmax(l, vocab);
+  w.prob.resize(size_t(vocab));
+  double* prob = w.prob.data();
+  sampling_weights(s, mx, prob, vocab);
+
+  // The candidates: the top_k first of the order (ranked now), else every token (ranked lazily);
+  // min_p then keeps the prefix of the order whose weights are at least min_p (the top's is 1).
+  std::vector<int32_t>& order = w.order;
+  order.resize(size_t(vocab));
+  for (int64_t i = 0; i < vocab; ++i) order[size_t(i)] = int32_t(i);
+  size_t ranked = 0;
+  if (p_.top_k > 0 && p_.top_k < vocab) {
+    auto before = [s](int32_t a, int32_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; };
+    std::partial_sort(order.begin(), order.begin() + p_.top_k, order.end(), before);
+    order.resize(size_t(p_.top_k));
+    ranked = order.size();
+  }
+  Ranking rank(order, s, mx, ranked);
+  // Summed in id order while nothing has been ranked, in the sampling order after.
+  bool id_order = ranked == 0;
+  if (p_.min_p > 0.0f) {  // the prefix of the order down to the first token weighing less
+    size_t n = 0;
+    while (n < order.size() && prob[rank.at(n)] >= double(p_.min_p)) ++n;
+    rank.truncate(std::max<size_t>(1, n));
+    id_order = false;
+  }
+
+  // top_p: the shortest prefix of the order whose share of the candidates' mass reaches top_p.
+  size_t keep = order.size();
   double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(double(cand_[i].first - mx));
-  if (p_.min_p > 0.0f) {  // probs[0] is the top probability (unnormalized: 1)
+  if (p_.top_p < 1.0f) {
+    const double total = id_order ? lane_sum(prob, vocab) : lane_sum(prob, order);
+    double cum = 0.0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += prob[rank.at(n)] / total;
+      ++n;
+      if (cum >= double(p_.top_p)) break;
+    }
+    keep = n;
+    for (size_t i = 0; i < keep; ++i) sum += prob[rank.at(i)];
+  } else {
+    sum = id_order ? lane_sum(prob, vocab) : lane_sum(prob, order);
+  }
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_), acc = 0.0;
+  int32_t last = top;  // where rounding leaves r at or past the walk's total: the last token with mass
+  for (size_t i = 0; i < keep; ++i) {
+    const int32_t t = rank.at(i);
+    acc += prob[t];
+    if (r < acc) return t;
+    if (prob[t] > 0.0) last = t;
+  }
+  return last;
+}
+
+int32_t ReferenceSampler::sample(const float* logits, int64_t vocab) {
+  std::vector<std::pair<float, int32_t>> cand;
+  for (int64_t i = 0; i < vocab; ++i) cand.emplace_back(logits[i] / p_.temperature, int32_t(i));
+  std::sort(cand.begin(), cand.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  size_t keep = cand.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < keep) keep = size_t(p_.top_k);
+  std::vector<double> probs(keep);
+  for (size_t i = 0; i < keep; ++i) probs[i] = sampling_weight(cand[i].first - cand[0].first);
+  if (p_.min_p > 0.0f) {
     size_t n = 0;
     while (n < keep && probs[n] >= double(p_.min_p)) ++n;
     keep = std::max<size_t>(1, n);
   }
   if (p_.top_p < 1.0f) {
-    double total = 0.0;
+    double total = 0.0, cum = 0.0;
     for (size_t i = 0; i < keep; ++i) total += probs[i];
-    double cum = 0.0;
     size_t n = 0;
     while (n < keep) {
-      cum += probs[n] / total;
-      ++n;
+      cum += probs[n++] / total;
       if (cum >= double(p_.top_p)) break;
     }
-    keep = std::max<size_t>(1, n);
+    keep = n;
   }
-  sum = 0.0;
+  double sum = 0.0;
   for (size_t i = 0; i < keep; ++i) sum += probs[i];
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_), acc = 0.0;
   for (size_t i = 0; i < keep; ++i) {
     acc += probs[i];
-    if (r < acc) return cand_[i].second;
+    if (r < acc) return cand[i].second;
   }
-  return cand_[keep - 1].second;
+  return cand[keep - 1].second;
 }
 
 }  // namespace kestrel

@@ -2,6 +2,15 @@
 //
 // Each request owns its Sampler (and so its random stream): a request with a seed draws the
 // same tokens whatever else shares its batches, because its logits are the same too.
+//
+// What sample() draws from: the logits after the penalties, divided by the temperature (NaN taken
+// as -inf), put in the sampling order (highest first, the lower id first on ties), each weighted
+// sampling_weight(its value - the top's) (the top weighs 1); the first top_k of that order; of
+// those, the prefix down to the first token weighing less than min_p; of those, the shortest prefix
+// holding top_p of their weight. One uniform draw in [0, the kept weight) walks the kept tokens in
+// the sampling order. The order is computed only as far as the walk reaches (a peaked distribution
+// costs a few passes over the vocabulary, not a sort of it: `kestrel bench-sampler`), and sample()
+// keeps its scratch per thread, so the rows of a step can be sampled in parallel.
 #pragma once
 
 #include <cstdint>
@@ -36,16 +45,37 @@ class Sampler {
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<float> work_;
-  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+// exp(x) for x <= 0, as the sampler weighs tokens: the engine's own single-precision exp (relative
+// error < 2e-7, 0 below -87), the same bits on every machine, and vectorizable over a row.
+double sampling_weight(float x);
+// out[i] = sampling_weight(x[i] - top) for a row (the pass sample() makes; vectorized).
+void sampling_weights(const float* x, float top, double* out, int64_t n);
+
+// The definition above computed the plain way: the whole vocabulary sorted, every sum taken in
+// the sampling order. No penalties; logits without NaN. The oracle of the sampler's tests and the
+// baseline of `kestrel bench-sampler`.
+class ReferenceSampler {
+ public:
+  explicit ReferenceSampler(SamplingParams params) : p_(params), rng_(params.seed) {}
+  int32_t sample(const float* logits, int64_t vocab);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
 };
 
 // Index of the largest logit: first_argmax (ops/ops.h), ties to the lowest index as torch.argmax;
 // Ops::argmax computes the same on a backend.
 int32_t argmax(const float* logits, int64_t vocab);
 
-// log-softmax value of `token`, and the k most likely (token, logprob) pairs, of raw logits.
+// log-softmax value of `token`, and the k most likely (token, logprob) pairs, of raw logits;
+// `lse` (log_sum_exp of the row) may be computed once for both.
+double log_sum_exp(const float* logits, int64_t vocab);
 float token_logprob(const float* logits, int64_t vocab, int32_t token);
+float token_logprob(const float* logits, int64_t vocab, int32_t token, double lse);
 std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t vocab, int k);
+std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t vocab, int k, double lse);
 
 }  // namespace kestrel

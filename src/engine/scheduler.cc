@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace kestrel {
 
@@ -259,7 +260,37 @@ bool Scheduler::step() {
       static const std::vector<int32_t> kNoIds;
       const std::vector<int32_t>& ids = on_backend ? runner_.step_argmax(items) : kNoIds;
       const std::vector<float>& logits = on_backend ? kNoLogits : runner_.step(items);
-      // sample for every item that produced a row
+      // Sample every row, in parallel: each sequence has its own sampler (and random stream), and
+      // the rows are independent. The backend is idle here (the step has returned).
+      std::vector<size_t> row_item;  // the item behind each logit row
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].no_logits) row_item.push_back(i);
+      }
+      std::vector<TokenOut> outs(row_item.size());
+      auto sample_rows = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          Seq& s = *owners[row_item[size_t(r)]];
+          TokenOut& out = outs[size_t(r)];
+          if (on_backend) {
+            out.token = ids[size_t(r)];
+            continue;
+          }
+          const float* l = logits.data() + size_t(r) * size_t(V);
+          std::span<const int32_t> all(s.tokens);
+          out.token = s.sampler.sample(l, V, all.first(size_t(s.n_prompt)), all.subspan(size_t(s.n_prompt)));
+          const int k = s.req->options().top_logprobs;
+          if (k >= 0) {
+            const double lse = log_sum_exp(l, V);
+            out.logprob = token_logprob(l, V, out.token, lse);
+            if (k > 0) out.top = top_logprobs(l, V, k, lse);
+          }
+        }
+      };
+      if (on_backend || row_item.size() < 2) {
+        sample_rows(0, int64_t(row_item.size()));
+      } else {
+        ThreadPool::global().parallel_for(int64_t(row_item.size()), sample_rows);
+      }
       size_t row = 0;
       const auto now = Request::clock::now();
       std::vector<Seq*> done;
@@ -273,17 +304,8 @@ bool Scheduler::step() {
           if (shared == s.state.n_cached) prefix_->maybe_checkpoint(s.tokens, s.state.n_cached, s.state.slot, spare);
         }
         if (items[i].no_logits) continue;
-        const float* l = on_backend ? nullptr : logits.data() + row * size_t(V);
-        std::span<const int32_t> all(s.tokens);
-        const int32_t tok = on_backend ? ids[row]
-                                       : s.sampler.sample(l, V, all.first(size_t(s.n_prompt)), all.subspan(size_t(s.n_prompt)));
-        ++row;
-        TokenOut out{.token = tok};
-        const int k = s.req->options().top_logprobs;
-        if (k >= 0) {
-          out.logprob = token_logprob(l, V, tok);
-          if (k > 0) out.top = top_logprobs(l, V, k);
-        }
+        TokenOut out = std::move(outs[row++]);
+        const int32_t tok = out.token;
         s.tokens.push_back(tok);
         ++s.n_generated;
         {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/backend_select.h"
+#include "cli/bench_util.h"
 #include "cli/command.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -317,9 +318,7 @@ int bench_cmd(const Args& args) {
     profiles.push_back(j);
   }
 
-  char date[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string date = now_utc();
   nlohmann::json doc = {{"model", dir}, {"model_type", cfg.model_type}, {"device", ops->name()},
                         {"device_name", device_name},
                         {"deterministic", bo.deterministic},

@@ -2,16 +2,14 @@
 // thread (the whole corpus as one text) and on all threads (the corpus split into lines, the lines
 // spread over a thread pool) — the same method as bench/hf_tokenizers_bench.py.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
+#include "cli/bench_util.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -31,23 +29,6 @@ const std::vector<OptionSpec> kOptions = {
     {.name = "save-corpus", .value_name = "FILE", .help = "also write the corpus used (for bench/hf_tokenizers_bench.py)"},
     {.name = "out", .value_name = "FILE", .help = "JSON results", .default_value = "bench/results/tokenizer-DATE.json"},
 };
-
-using Clock = std::chrono::steady_clock;
-
-// Median seconds per call of fn over at least 5 calls and `min_seconds` (after one warm-up call).
-template <typename Fn>
-double time_it(Fn&& fn, double min_seconds) {
-  fn();
-  std::vector<double> times;
-  auto start = Clock::now();
-  while (times.size() < 5 || std::chrono::duration<double>(Clock::now() - start).count() < min_seconds) {
-    auto t0 = Clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 std::string default_corpus() {
   std::string text;
@@ -79,22 +60,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string now_utc(const char* format) {
-  std::time_t t = std::time(nullptr);
-  char buffer[64];
-  std::strftime(buffer, sizeof buffer, format, std::gmtime(&t));
-  return buffer;
-}
-
 int run_bench(const Args& args) {
   std::vector<std::string> paths;
   {
@@ -110,11 +75,9 @@ int run_bench(const Args& args) {
   double mb = corpus.size() / 1e6;
   ThreadPool pool(threads);
 
-  char host[256] = "unknown";
-  gethostname(host, sizeof host - 1);
   nlohmann::json record = {
       {"date", now_utc("%Y-%m-%dT%H:%M:%SZ")},
-      {"machine", {{"host", host}, {"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}},
+      {"machine", {{"host", host_name()}, {"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}},
       {"command", "kestrel bench-tokenizer --tokenizer " + args.get("tokenizer") +
                       (args.has("corpus") ? " --corpus " + args.get("corpus") : "") + " --threads " +
                       std::to_string(threads) + " --seconds " + args.get("seconds", "2")},
@@ -131,8 +94,8 @@ int run_bench(const Args& args) {
     std::vector<std::vector<int32_t>> doc_ids(docs.size());
     for (size_t i = 0; i < docs.size(); ++i) doc_ids[i] = tok.encode(docs[i]);
 
-    double enc1 = time_it([&] { tok.encode(corpus); }, seconds);
-    double encn = time_it([&] {
+    double enc1 = median_seconds([&] { tok.encode(corpus); }, seconds);
+    double encn = median_seconds([&] {
       pool.parallel_for(static_cast<int64_t>(docs.size()), [&](int64_t b, int64_t e) {
         std::vector<int32_t> out;
         for (int64_t i = b; i < e; ++i) {
@@ -141,8 +104,8 @@ int run_bench(const Args& args) {
         }
       });
     }, seconds);
-    double dec1 = time_it([&] { tok.decode(ids); }, seconds);
-    double decn = time_it([&] {
+    double dec1 = median_seconds([&] { tok.decode(ids); }, seconds);
+    double decn = median_seconds([&] {
       pool.parallel_for(static_cast<int64_t>(docs.size()), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) tok.decode(doc_ids[i]);
       });

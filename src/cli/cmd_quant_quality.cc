@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/backend_select.h"
+#include "cli/bench_util.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -57,9 +58,7 @@ int run_quant_quality(const Args& args) {
   std::printf("perplexity               source %.4f  quantized %.4f  (%+.2f%%)\n", q.ppl_source, q.ppl_quant,
               100.0 * (q.ppl_quant / q.ppl_source - 1.0));
   if (args.has("json")) {
-    char date[32];
-    std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    const std::string date = now_utc();
     const std::string mp = matmul_precision_report(bo);  // empty on cpu
     nlohmann::json j = {{"quantized", quant_path}, {"source", source_dir}, {"device", ops->name()},
                         {"matmul_precision", mp.empty() ? nlohmann::json() : nlohmann::json(mp)},

@@ -15,6 +15,12 @@
 namespace kestrel::cli {
 namespace {
 
+constexpr const char* kChatCommands =
+    "  /reset   clear the conversation (the system prompt stays)\n"
+    "  /exit    quit (also /quit, or end of input)\n"
+    "  /help    this list\n"
+    "  a line of one word starting with '/' is taken as a command; start it with '//' to send it as text\n";
+
 int chat_cmd(const Args& args) {
   const std::string dir = args.require("model");
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
@@ -40,7 +46,7 @@ int chat_cmd(const Args& args) {
 
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
-  std::fprintf(stderr, "kestrel chat: %s (%s). /reset clears the conversation, /exit quits.\n", m->name.c_str(),
+  std::fprintf(stderr, "kestrel chat: %s (%s). /help lists the commands, /exit quits.\n", m->name.c_str(),
                m->loaded.config().model_type.c_str());
   std::string line;
   for (;;) {
@@ -53,6 +59,15 @@ int chat_cmd(const Args& args) {
       if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
       continue;
     }
+    if (line == "/help" || line == "/?") {
+      std::fputs(kChatCommands, stderr);
+      continue;
+    }
+    if (line.size() > 1 && line[0] == '/' && line[1] != '/' && line.find_first_of(" \t") == std::string::npos) {
+      std::fprintf(stderr, "kestrel chat: unknown command '%s'\n%s", line.c_str(), kChatCommands);
+      continue;
+    }
+    if (line.rfind("//", 0) == 0) line.erase(0, 1);  // '//text' sends '/text'
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
     chat::ChatRequest cr;
@@ -104,7 +119,8 @@ const Registrar kReg{{
     .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T] [--device cpu|cuda] "
              "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16]",
     .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
-               "Type /reset to clear the conversation and /exit (or end of input) to quit.",
+               "Type /reset to clear the conversation, /exit (or end of input) to quit, /help for the list;\n"
+               "start a one-word message with '//' to send it as text ('//x' sends '/x').",
     .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
                 {"system", "", "TEXT", "system prompt"},
                 {"n", "n", "N", "most tokens per answer", "512"},

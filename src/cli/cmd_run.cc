@@ -3,6 +3,7 @@
 
 #include "cli/backend_select.h"
 #include "cli/command.h"
+#include "cli/sampling_options.h"
 #include "cli/profile_print.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -12,6 +13,8 @@
 
 namespace kestrel::cli {
 namespace {
+
+constexpr SamplingDefaults kRunSampling{.temperature = 0.0, .top_p = 1.0};
 
 int run_cmd(const Args& args) {
   const std::string dir = args.require("model");
@@ -37,10 +40,7 @@ int run_cmd(const Args& args) {
   if (bo.deterministic && opts.prefill_chunk % 64 != 0)
     bad_input("--deterministic needs --chunk to be a multiple of 64 (the prompt split every deterministic run "
               "shares), got ", opts.prefill_chunk);
-  opts.sampling.temperature = float(args.get_double("temperature", 0.0, 0.0, 100.0));
-  opts.sampling.top_k = int(args.get_int("top-k", 0, 0, 1 << 24));
-  opts.sampling.top_p = float(args.get_double("top-p", 1.0, 1e-6, 1.0));
-  opts.sampling.seed = uint64_t(args.get_int("seed", 0, 0, INT64_MAX));
+  opts.sampling = sampling_params(args, kRunSampling);
   auto backend = make_backend(bo);
   std::unique_ptr<ProfilingOps> profiler;  // --profile: every op timed, printed at the end
   Ops* ops = backend.get();
@@ -91,22 +91,20 @@ const Registrar kReg{{
     .name = "run",
     .summary = "generate a continuation of a prompt",
     .usage = "kestrel run -m DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [-n 16] "
-             "[--temperature T --top-k K --top-p P --seed S] [--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic]",
+             "[--temperature T --top-k K --top-p P --min-p P --repetition-penalty R --presence-penalty X --frequency-penalty X --seed S] [--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] [--deterministic]",
     .details = "With --prompt, streams the generated text (the model directory's tokenizer.json, a GGUF's own tokenizer, or --tokenizer);\n"
                "with --prompt-ids, prints the generated token ids as a JSON array. Greedy unless --temperature > 0.\n"
                "Generation stops at the model's EOS ids (config.json / generation_config.json) unless --ignore-eos.",
-    .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
+    .options = with_sampling_options(
+               {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"prompt", "p", "TEXT", "prompt text (tokenized with the model's tokenizer, BOS/EOS as its post-processor adds)"},
                 {"prompt-ids", "", "IDS", "comma-separated prompt token ids"},
                 {"profile", "", "", "print a phase profile of the run (time per step by phase and by op) to stderr"},
                 {"tokenizer", "", "PATH", "tokenizer.json or its directory (or a GGUF file), for --prompt", "the model"},
                 {"no-special", "", "", "do not add the tokenizer's special tokens (BOS) to --prompt"},
-                {"n", "n", "N", "tokens to generate", "16"},
-                {"temperature", "", "T", "sampling temperature (0 = greedy)", "0"},
-                {"top-k", "", "K", "sample among the K most likely tokens (0 = all)", "0"},
-                {"top-p", "", "P", "nucleus sampling mass", "1"},
-                {"seed", "", "S", "random seed for sampling", "0"},
-                {"chunk", "", "N", "prompt tokens per prefill step", "512"},
+                {"n", "n", "N", "tokens to generate", "16"}},
+               kRunSampling,
+               {{"chunk", "", "N", "prompt tokens per prefill step", "512"},
                 {"ignore-eos", "", "", "keep generating past EOS tokens", ""},
                 {"stats", "", "", "print prefill and decode speed to stderr", ""},
                 {"threads", "t", "N", "CPU threads", "all cores"},
@@ -115,7 +113,7 @@ const Registrar kReg{{
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
                 {"deterministic", "", "", std::string(kDeterministicHelp) +
                                               "; --chunk must then be a multiple of 64 (the prompt split kestrel "
-                                              "serve --deterministic makes, so greedy decoding gives its tokens)"}},
+                                              "serve --deterministic makes, so greedy decoding gives its tokens)"}}),
     .run = run_cmd,
 }};
 

@@ -35,7 +35,7 @@ GenerateResult generate(Runner& runner, const std::vector<int32_t>& prompt, cons
       if (logits) next = ids[0];
     } else {
       const auto& l = runner.step({item});
-      if (logits) next = sampler.sample(l.data(), V);
+      if (logits) next = sampler.sample(l.data(), V, prompt, res.tokens);  // penalties see both
     }
   };
   auto t0 = clock::now();

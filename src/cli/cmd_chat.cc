@@ -96,7 +96,24 @@ int chat_cmd(const Args& args) {
     if (!think) cr.variables["enable_thinking"] = false;
     const std::string prompt_text = m->chat_template->render(cr);
     auto ids = m->tokenizer->encode(prompt_text, {.add_special_tokens = false});
-    auto req = m->scheduler->submit(ids, gp.options);
+    // The conversation must leave room for at least one token of answer; an answer is cut short to
+    // what the context has left rather than refused.
+    const int64_t room = m->scheduler->max_prompt_tokens() - int64_t(ids.size());
+    if (room < 1) {
+      std::fprintf(stderr,
+                   "kestrel chat: the conversation is now %zu tokens and the context holds %lld (--ctx): /reset "
+                   "to start a new one, or restart with a larger --ctx. The message was not sent.\n",
+                   ids.size(), (long long)m->scheduler->max_prompt_tokens());
+      messages.erase(messages.end() - 1);
+      return;
+    }
+    RequestOptions options = gp.options;
+    if (room < options.max_tokens) {
+      options.max_tokens = int(room);
+      std::fprintf(stderr, "kestrel chat: %lld tokens of context left (--ctx): the answer stops there\n",
+                   (long long)room);
+    }
+    auto req = m->scheduler->submit(ids, options);
     if (!req) bad_input("the scheduler queue is full");
     server::ChoiceStream stream(*m, req, gp, true, chat::prompt_opens_reasoning(m->output_format, prompt_text));
     const auto t0 = std::chrono::steady_clock::now();

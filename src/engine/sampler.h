@@ -3,7 +3,7 @@
 // Each request owns its Sampler (and so its random stream): a request with a seed draws the
 // same tokens whatever else shares its batches, because its logits are the same too.
 //
-// What sample() draws from: the logits after the penalties, divided by the temperature (NaN taken
+// What sample() draws from: the logits after the penalties and the logit bias, divided by the temperature (NaN taken
 // as -inf), put in the sampling order (highest first, the lower id first on ties), each weighted
 // sampling_weight(its value - the top's) (the top weighs 1); the first top_k of that order; of
 // those, the prefix down to the first token weighing less than min_p; of those, the shortest prefix
@@ -29,6 +29,7 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // > 1 discourages tokens seen in prompt or output (HF style)
   float presence_penalty = 0.0f;    // OpenAI style, over generated tokens
   float frequency_penalty = 0.0f;   // OpenAI style, over generated tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit after the penalties)
   uint64_t seed = 0;
 };
 
@@ -39,7 +40,7 @@ class Sampler {
   int32_t sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
                  std::span<const int32_t> generated = {});
   const SamplingParams& params() const { return p_; }
-  // Whether sample() is argmax of the raw logits (greedy, no penalties): a device argmax will do.
+  // Whether sample() is argmax of the raw logits (greedy, no penalties or bias): a device argmax will do.
   bool plain_greedy() const;
 
  private:

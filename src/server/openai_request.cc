@@ -1,6 +1,8 @@
 #include "server/openai_request.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "server/api_error.h"
@@ -71,6 +73,33 @@ GenerationParams parse_generation_params(const json& body, const ServerLimits& l
   s.presence_penalty = float(number(body, "presence_penalty", 0.0, -2.0, 2.0));
   s.frequency_penalty = float(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.repetition_penalty = float(number(body, "repetition_penalty", 1.0, 0.0, 10.0, true));
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    // OpenAI's: {"token id": bias in [-100, 100]}, added to the logits before sampling.
+    const json& lb = body["logit_bias"];
+    if (!lb.is_object()) throw_api(400, "'logit_bias' must be an object of {\"token id\": bias}", "logit_bias");
+    if (int64_t(lb.size()) > limits.max_logit_bias)
+      throw_api(400, "'logit_bias' holds more than " + std::to_string(limits.max_logit_bias) + " tokens", "logit_bias");
+    for (const auto& [key, value] : lb.items()) {
+      char* end = nullptr;
+      errno = 0;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= vocab)
+        throw_api(400, "'logit_bias' key '" + key + "' is not a token id below " + std::to_string(vocab), "logit_bias");
+      if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < -100.0 ||
+          value.get<double>() > 100.0)
+        throw_api(400, "'logit_bias' for token " + key + " must be a number in [-100, 100], got " + value.dump(),
+                  "logit_bias");
+      s.logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
+    }
+  }
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    const json& rf = body["response_format"];
+    const bool text = rf.is_object() && rf.contains("type") && rf["type"] == "text";
+    if (!text)
+      throw_api(400, "'response_format' other than {\"type\": \"text\"} is not supported: kestrel has no "
+                     "constrained (JSON / JSON schema) decoding",
+                "response_format");
+  }
   if (body.contains("seed") && !body["seed"].is_null()) {
     g.seeded = true;
     s.seed = uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX));

@@ -17,6 +17,7 @@ struct ServerLimits {
   int default_max_tokens = 256;
   int max_n = 8;
   int max_stop = 16;
+  int max_logit_bias = 1024;      // entries of logit_bias
 };
 
 struct GenerationParams {

@@ -262,6 +262,25 @@ test('stop strings end the text and are not part of it', async () => {
   assert.equal(s.choices[0].finish_reason, 'stop');
 });
 
+test('logit_bias: +100 forces a token, -100 bans one, greedy or sampled', async () => {
+  // 9707 is "Hello" in the Qwen3 tokenizer.
+  const forced = await client(plain).completions.create({ model: 'tiny-qwen3.5-qwen3tok', prompt: 'abc', max_tokens: 3,
+                                                          temperature: 0, logit_bias: { 9707: 100 } });
+  assert.equal(forced.choices[0].text, 'HelloHelloHello');
+  const sampled = await client(plain).completions.create({ model: 'tiny-qwen3.5-qwen3tok', prompt: 'abc', max_tokens: 3,
+                                                           temperature: 1, seed: 3, logit_bias: { 9707: 100 } });
+  assert.equal(sampled.choices[0].text, 'HelloHelloHello');
+  // Banning the greedy continuation's first token changes it.
+  const plainRun = await post(plain, '/v1/completions', { prompt: 'abc', max_tokens: 1, temperature: 0, logprobs: 1 });
+  const ids = (await post(plain, '/tokenize', { prompt: plainRun.json.choices[0].text })).json.tokens;
+  assert.equal(ids.length, 1, `the greedy token's text should tokenize back to it: ${JSON.stringify(ids)}`);
+  const first = ids[0];
+  const banned = await post(plain, '/v1/completions', { prompt: 'abc', max_tokens: 1, temperature: 0,
+                                                        logit_bias: { [first]: -100 } });
+  assert.equal(banned.status, 200, banned.text);
+  assert.notEqual(banned.json.choices[0].text, plainRun.json.choices[0].text);
+});
+
 test('api key: 401 in OpenAI shape without it, /health stays open, CORS preflight', async () => {
   const r = await post(keyed, '/v1/chat/completions', chatBody('hi'));
   assert.equal(r.status, 401);
@@ -323,6 +342,11 @@ test('bad requests: each a 4xx naming the problem, and the server keeps serving'
     ['stop empty string', chatBody('x', { stop: [''] }), 400, /stop/],
     ['stop_token_ids beyond vocab', chatBody('x', { stop_token_ids: [99999999] }), 400, /stop_token_ids/],
     ['top_logprobs without logprobs', chatBody('x', { top_logprobs: 2 }), 400, /top_logprobs/],
+    ['logit_bias not an object', chatBody('x', { logit_bias: [1, 2] }), 400, /logit_bias/],
+    ['logit_bias key not a token id', chatBody('x', { logit_bias: { hello: 1 } }), 400, /logit_bias.*hello/],
+    ['logit_bias id beyond vocab', chatBody('x', { logit_bias: { 99999999: 1 } }), 400, /logit_bias/],
+    ['logit_bias value out of range', chatBody('x', { logit_bias: { 5: 101 } }), 400, /logit_bias/],
+    ['response_format json', chatBody('x', { response_format: { type: 'json_object' } }), 400, /response_format/],
     ['stream_options without stream', chatBody('x', { stream_options: { include_usage: true } }), 400, /stream_options/],
     ['unknown model name', chatBody('x', { model: 'gpt-17' }), 404, /gpt-17/],
     ['tools malformed', chatBody('x', { tools: [{ type: 'function' }] }), 400, /tools/],

@@ -148,6 +148,29 @@ TEST(Sampler, PenaltiesFollowHuggingFaceAndOpenAi) {
   EXPECT_EQ(Sampler(o).sample(m.data(), 2, {}, bad), 1);
 }
 
+TEST(Sampler, LogitBiasIsAddedAfterThePenalties) {
+  const std::vector<float> l = {2.0f, 1.0f, 0.5f};
+  SamplingParams p = params(0.0f);
+  p.logit_bias = {{2, 1.75f}};  // 0.5 + 1.75 = 2.25 > 2
+  EXPECT_FALSE(Sampler(p).plain_greedy());
+  EXPECT_EQ(Sampler(p).sample(l.data(), 3), 2);
+  // After the repetition penalty: token 0 seen, 2 / 2 = 1 < 1 + 0.5.
+  SamplingParams q = params(0.0f);
+  q.repetition_penalty = 2.0f;
+  q.logit_bias = {{1, 0.5f}, {7, 100.0f}, {-1, 100.0f}};  // out-of-vocabulary ids are ignored
+  const std::vector<int32_t> seen = {0};
+  EXPECT_EQ(Sampler(q).sample(l.data(), 3, seen, {}), 1);
+  // -100 bans a token in sampling; +100 forces one.
+  const int n = 4000;
+  SamplingParams ban = params(1.0f);
+  ban.logit_bias = {{0, -100.0f}};
+  const auto f = frequencies(log_probs({0.5, 0.25, 0.25}), ban, n);
+  expect_frequencies(f, {0, 0.5, 0.5}, n);
+  SamplingParams force = params(1.0f, 0, 0.9f);
+  force.logit_bias = {{2, 100.0f}};
+  expect_frequencies(frequencies(log_probs({0.5, 0.25, 0.25}), force, 500), {0, 0, 1}, 500);
+}
+
 // Logit rows shaped like a language model's (a bulk around 0 and a few tokens far above it),
 // flat ones, and ones with many exact ties.
 std::vector<float> row(int kind, int64_t vocab, std::mt19937& g) {

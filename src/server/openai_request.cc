@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -91,6 +92,32 @@ GenerationParams parse_generation_params(const json& body, const ServerLimits& l
                   "logit_bias");
       s.logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
     }
+  }
+  // OpenAI parameters kestrel cannot honour are refused by name rather than ignored.
+  auto present = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
+  if (chat) {
+    if (present("modalities")) {
+      const json& m = body["modalities"];
+      if (!m.is_array() || std::any_of(m.begin(), m.end(), [](const json& x) { return x != "text"; }))
+        throw_api(400, "'modalities' other than [\"text\"] is not supported", "modalities");
+    }
+    if (present("audio")) throw_api(400, "'audio' output is not supported", "audio");
+    if (present("prediction")) throw_api(400, "'prediction' (predicted outputs) is not supported", "prediction");
+    if (present("functions") || present("function_call"))
+      throw_api(400, "'functions' / 'function_call' are not supported: use 'tools'",
+                present("functions") ? "functions" : "function_call");
+    if (present("reasoning_effort"))
+      throw_api(400, "'reasoning_effort' is not supported: switch reasoning with chat_template_kwargs "
+                     "{\"enable_thinking\": false} where the model's template takes it",
+                "reasoning_effort");
+    if (present("parallel_tool_calls") && body["parallel_tool_calls"] != true)
+      throw_api(400, "'parallel_tool_calls': false is not supported (the model may call several tools)",
+                "parallel_tool_calls");
+  } else {
+    if (present("echo") && body["echo"] != false) throw_api(400, "'echo' is not supported", "echo");
+    if (present("suffix")) throw_api(400, "'suffix' (insertion) is not supported", "suffix");
+    if (present("best_of") && body["best_of"] != 1)
+      throw_api(400, "'best_of' other than 1 is not supported", "best_of");
   }
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const json& rf = body["response_format"];

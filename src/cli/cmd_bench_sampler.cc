@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -14,7 +13,6 @@
 #include "cli/bench_util.h"
 #include "cli/command.h"
 #include "core/error.h"
-#include "core/files.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
 
@@ -86,7 +84,7 @@ int run_bench(const Args& args) {
 
   nlohmann::json record = {
       {"date", now_utc()},
-      {"machine", {{"host", host_name()}, {"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}},
+      {"machine", machine_record()},
       {"command", "kestrel bench-sampler --vocab " + args.get("vocab", "151936,248320,262144") + " --rows " +
                       std::to_string(rows) + " --threads " + std::to_string(threads) + " --seconds " +
                       args.get("seconds", "1")},
@@ -137,11 +135,7 @@ int run_bench(const Args& args) {
                                    {"batch_ms", batched * 1e3}});
     }
   }
-  const std::string out = args.get("out", "bench/results/sampler-" + now_utc("%Y%m%d-%H%M%S") + ".json");
-  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  write_file_atomic(out, record.dump(2) + "\n");
-  std::printf("wrote %s\n", out.c_str());
+  save_bench_record(args, "sampler", record);
   return 0;
 }
 

@@ -77,7 +77,7 @@ int run_bench(const Args& args) {
 
   nlohmann::json record = {
       {"date", now_utc("%Y-%m-%dT%H:%M:%SZ")},
-      {"machine", {{"host", host_name()}, {"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}},
+      {"machine", machine_record()},
       {"command", "kestrel bench-tokenizer --tokenizer " + args.get("tokenizer") +
                       (args.has("corpus") ? " --corpus " + args.get("corpus") : "") + " --threads " +
                       std::to_string(threads) + " --seconds " + args.get("seconds", "2")},
@@ -121,11 +121,7 @@ int run_bench(const Args& args) {
                                  {"decode_1thread_MBps", mb / dec1},
                                  {"decode_all_threads_MBps", mb / decn}});
   }
-  std::string out = args.get("out", "bench/results/tokenizer-" + now_utc("%Y%m%d-%H%M%S") + ".json");
-  std::filesystem::path parent = std::filesystem::path(out).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  write_file_atomic(out, record.dump(2) + "\n");
-  std::printf("wrote %s\n", out.c_str());
+  save_bench_record(args, "tokenizer", record);
   return 0;
 }
 

@@ -137,28 +137,21 @@ class Ranking {
   size_t tier_ = 0;
 };
 
-// Sums of weights in 8 interleaved lanes, folded in a fixed order: the same bits every time for the
-// same terms, without a chain of dependent additions through the vocabulary.
-double lane_sum(const double* w, int64_t n) {
+// Sums of n weights, weight(i) for i < n, in 8 interleaved lanes folded in a fixed order: the same
+// bits every time for the same terms, without a chain of dependent additions through the vocabulary.
+template <typename Weight>
+double lane_sum(size_t n, Weight weight) {
   double lane[8] = {};
-  int64_t i = 0;
+  size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] += w[i + j];
+    for (size_t j = 0; j < 8; ++j) lane[j] += weight(i + j);
   }
-  for (; i < n; ++i) lane[i % 8] += w[i];
+  for (; i < n; ++i) lane[i % 8] += weight(i);
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-double lane_sum(const double* w, const std::vector<int32_t>& ids) {
-  double lane[8] = {};
-  const size_t n = ids.size();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] += w[ids[i + j]];
-  }
-  for (; i < n; ++i) lane[i % 8] += w[ids[i]];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
+// Floats as integers in the same order (no NaN; -0 just below +0); its own inverse.
+int32_t ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7fffffff); }
 
 }  // namespace
 
@@ -206,7 +199,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
   if (p_.temperature <= 0.0f) return argmax(l, vocab);
 
   // Scale (NaN as -inf), and find the top: the first token of the sampling order. Both passes work
-  // on the bits so that they vectorize: floats ordered as the integers `ordered` maps them to.
+  // on the bits so that they vectorize (the top through ordered_bits).
   constexpr float kInf = std::numeric_limits<float>::infinity();
   w.scaled.resize(size_t(vocab));
   float* s = w.scaled.data();
@@ -215,13 +208,9 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
     const uint32_t b = std::bit_cast<uint32_t>(l[i] / temperature);
     s[i] = std::bit_cast<float>((b & 0x7fffffffu) > 0x7f800000u ? 0xff800000u : b);
   }
-  auto ordered = [](float v) {  // monotone: a < b as floats (no NaN) implies ordered(a) < ordered(b)
-    const int32_t b = std::bit_cast<int32_t>(v);
-    return b ^ ((b >> 31) & 0x7fffffff);
-  };
   int32_t best = std::numeric_limits<int32_t>::min();
-  for (int64_t i = 0; i < vocab; ++i) best = std::max(best, ordered(s[i]));
-  const float mx = std::bit_cast<float>(best ^ ((best >> 31) & 0x7fffffff));  // ordered() undone
+  for (int64_t i = 0; i < vocab; ++i) best = std::max(best, ordered_bits(std::bit_cast<int32_t>(s[i])));
+  const float mx = std::bit_cast<float>(ordered_bits(best));
   int32_t top = 0;
   while (s[top] != mx) ++top;  // as floats: -0 and +0 tie, and the lower id comes first
   // An infinite top takes all the mass (the first such token); with nothing finite above -inf
@@ -256,9 +245,13 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
 
   // top_p: the shortest prefix of the order whose share of the candidates' mass reaches top_p.
   size_t keep = order.size();
+  auto mass = [&] {  // the candidates' weight
+    return id_order ? lane_sum(size_t(vocab), [prob](size_t i) { return prob[i]; })
+                    : lane_sum(order.size(), [prob, &order](size_t i) { return prob[order[i]]; });
+  };
   double sum = 0.0;
   if (p_.top_p < 1.0f) {
-    const double total = id_order ? lane_sum(prob, vocab) : lane_sum(prob, order);
+    const double total = mass();
     double cum = 0.0;
     size_t n = 0;
     while (n < keep) {
@@ -269,7 +262,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
     keep = n;
     for (size_t i = 0; i < keep; ++i) sum += prob[rank.at(i)];
   } else {
-    sum = id_order ? lane_sum(prob, vocab) : lane_sum(prob, order);
+    sum = mass();
   }
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_), acc = 0.0;

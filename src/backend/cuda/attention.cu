@@ -153,6 +153,7 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
                                  int block_size, int n_heads, int group, int hd, float scale, int window,
                                  int64_t row0, bool per_row_splits, const int32_t* __restrict__ max_position,
                                  float* __restrict__ part) {
+  pdl_begin();
   extern __shared__ float smem[];
   float* accs = smem;                             // [kWarps, kHeads, hd]
   float* ms = accs + kWarps * kHeads * hd;        // [kWarps, kHeads]
@@ -312,6 +313,7 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
                                          const int32_t* __restrict__ positions,  // [T]
                                          int n_heads, int hd, int max_splits, int window, int64_t row0,
                                          bool per_row_splits, const int32_t* __restrict__ max_position) {
+  pdl_begin();
   const int64_t r = row0 + blockIdx.x;
   const int h = blockIdx.y;
   const int64_t pos = positions[r];
@@ -358,14 +360,14 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
   }
   dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * head_pieces(p.n_heads / p.n_kv_heads)), unsigned(max_splits));
   const bool full = (p.n_heads / p.n_kv_heads) % kHeads == 0;
-  (full ? attention_kernel<DPL, C, true> : attention_kernel<DPL, C, false>)<<<grid, kWarps * 32, smem, ctx.stream>>>(
+  launch((full ? attention_kernel<DPL, C, true> : attention_kernel<DPL, C, false>), grid, kWarps * 32, smem, ctx.stream,
       out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.positions,
       ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads,
       p.head_dim, p.scale, p.window, row0, per_row_splits, ctx.step.max_position, part);
   CUDA_CHECK_LAUNCH();
   if (max_splits > 1) {
-    attention_combine_kernel<<<dim3(unsigned(rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
-                               kCombineDims, 0, ctx.stream>>>(
+    launch(attention_combine_kernel, dim3(unsigned(rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
+                               kCombineDims, 0, ctx.stream,
         out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0, per_row_splits,
         ctx.step.max_position);
     CUDA_CHECK_LAUNCH();
@@ -438,6 +440,7 @@ __global__ void kv_write_kernel(C* __restrict__ kc, C* __restrict__ vc,  // cach
                                 const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                 const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                 int block_size, int ring_rows, int64_t kv_width) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const SeqStep s = seqs[row_seq[r]];
   if (ring_rows > 0 && int64_t(s.row_begin) + s.n_tokens - r > ring_rows) return;
@@ -464,6 +467,7 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
                                      const int32_t* __restrict__ block_tables, int block_size, int ring_rows,
                                      int n_heads, int group, int hd, float scale, int window,
                                      const int32_t* __restrict__ max_position, float* __restrict__ part) {
+  pdl_begin();
   extern __shared__ float smem[];
   float* qs = smem;                        // [hd]
   float* accs = qs + hd;                   // [kWarps, hd]
@@ -585,15 +589,15 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
   }
   const bool step_kv = !k.empty();
   dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
-  attention_ext_kernel<DPL, C><<<grid, kWarps * 32, smem, ctx.stream>>>(
+  launch(attention_ext_kernel<DPL, C>, grid, kWarps * 32, smem, ctx.stream,
       out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data),
       step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr, p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
       ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, p.n_heads,
       p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, max_position, part);
   CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
-    attention_combine_kernel<<<dim3(unsigned(q.rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
-                               kCombineDims, 0, ctx.stream>>>(
+    launch(attention_combine_kernel, dim3(unsigned(q.rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
+                               kCombineDims, 0, ctx.stream,
         out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false, max_position);
     CUDA_CHECK_LAUNCH();
   }
@@ -616,7 +620,7 @@ void check_cache_rows(const KvLayerView& cache, const StepPlan& plan) {
 void launch_kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v) {
   if (k.rows == 0) return;
   dispatch_kv_cache(cache.k, cache.v, "kv_write", [&]<typename C>() {
-    kv_write_kernel<C><<<unsigned(k.rows), 128, 0, ctx.stream>>>(
+    launch(kv_write_kernel<C>, unsigned(k.rows), 128, 0, ctx.stream,
         static_cast<C*>(cache.k.data), static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions,
         ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
     CUDA_CHECK_LAUNCH();

@@ -190,6 +190,7 @@ template <bool SPLIT, typename C>
 __global__ void kv_copy_kernel(KvCopy c, const C* __restrict__ kc, const C* __restrict__ vc,
                                const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                int block_size, int hd) {
+  pdl_begin();
   const KeyRange rg = c.ranges[blockIdx.y];
   const SeqStep s = seqs[blockIdx.y];
   const int width = c.n_kv * hd, vec = width / 4;
@@ -223,6 +224,7 @@ struct PrefillArgs {
 // grid: (token tiles, n_seqs, n_kv * n_slots); block: kWarps warps; dynamic smem Layout::bytes.
 template <int HD, bool SPLIT>
 __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm) flash_prefill_kernel(const PrefillArgs a) {
+  pdl_begin();
   using L = Layout<HD, SPLIT>;
   constexpr int kBc = L::bc, kLd = L::ld, kT = L::terms;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -434,6 +436,7 @@ __global__ void __launch_bounds__(kWarps * 32, Layout<HD, SPLIT>::blocks_per_sm)
 __global__ void fold_kernel(float* __restrict__ out, float* __restrict__ state_ml, const float* __restrict__ part_o,
                             const float* __restrict__ part_ml, int64_t T, int64_t row0, int n_heads, int hd,
                             int n_slots, bool first, bool last) {
+  pdl_begin();
   const int64_t rh = (row0 + blockIdx.x) * n_heads + blockIdx.y;
   float* o = out + rh * hd;
   float M = first ? -INFINITY : state_ml[2 * rh], Lsum = first ? 0.0f : state_ml[2 * rh + 1];
@@ -495,7 +498,7 @@ void run_group(const Context& ctx, const Tensor& out, const Tensor& q, const KvL
                   .keys = keys,
                   .n_kv = n_kv};
   dispatch_kv_cache(cache.k, cache.v, "attention_prefill", [&]<typename C>() {
-    kv_copy_kernel<SPLIT, C><<<dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream>>>(
+    launch(kv_copy_kernel<SPLIT, C>, dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream,
         kv, static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.seqs + s0,
         ctx.step.block_tables, ctx.step.block_size, HD);
     CUDA_CHECK_LAUNCH();
@@ -529,9 +532,9 @@ void run_group(const Context& ctx, const Tensor& out, const Tensor& q, const KvL
     a.slot0 = slot0;
     a.n_slots = std::min(per_launch, n_slots - slot0);
     dim3 grid(unsigned(ceil_div(max_tokens, kRows / G)), unsigned(s1 - s0), unsigned(n_kv * a.n_slots));
-    flash_prefill_kernel<HD, SPLIT><<<grid, kWarps * 32, L::bytes, ctx.stream>>>(a);
+    launch(flash_prefill_kernel<HD, SPLIT>, grid, kWarps * 32, L::bytes, ctx.stream, a);
     CUDA_CHECK_LAUNCH();
-    fold_kernel<<<dim3(unsigned(row1 - row0), unsigned(p.n_heads)), 64, 0, ctx.stream>>>(
+    launch(fold_kernel, dim3(unsigned(row1 - row0), unsigned(p.n_heads)), 64, 0, ctx.stream,
         out.f32(), state, a.part_o, a.part_ml, T, row0, p.n_heads, HD, a.n_slots, slot0 == 0,
         slot0 + a.n_slots >= n_slots);
     CUDA_CHECK_LAUNCH();

@@ -22,6 +22,7 @@ __global__ void conv1d_silu_kernel(float* __restrict__ y,          // [T, C]
                                    const float* __restrict__ conv, // [n_slots, C * (K - 1)]
                                    const SeqStep* __restrict__ seqs, const int32_t* __restrict__ row_seq, int64_t T,
                                    int64_t C, int K) {
+  pdl_begin();
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= T * C) return;
   const int64_t r = i / C, c = i - r * C;
@@ -45,6 +46,7 @@ __global__ void conv1d_silu_kernel(float* __restrict__ y,          // [T, C]
 // grid: (ceil(C / kThreads), n_seqs): each sequence's state becomes its last K-1 inputs.
 __global__ void conv1d_state_kernel(float* __restrict__ conv, const float* __restrict__ x,
                                     const SeqStep* __restrict__ seqs, int64_t C, int K) {
+  pdl_begin();
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const SeqStep s = seqs[blockIdx.y];
@@ -71,6 +73,7 @@ __global__ void conv1d_silu_fused_kernel(float* __restrict__ x,         // [T, C
                                          const float* __restrict__ w,   // [C, K]
                                          float* __restrict__ conv,      // [n_slots, C * (K - 1)]
                                          const SeqStep* __restrict__ seqs, int64_t C, int K) {
+  pdl_begin();
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const SeqStep s = seqs[blockIdx.y];
@@ -129,18 +132,18 @@ void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const Sta
   bool short_rows = true;
   for (const SeqStep& s : plan.seqs) short_rows = short_rows && s.n_tokens <= kFusedMaxRows;
   if (short_rows) {
-    conv1d_silu_fused_kernel<<<dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
-                               ctx.stream>>>(x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, C, kernel);
+    launch(conv1d_silu_fused_kernel, dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
+                               ctx.stream, x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, C, kernel);
     CUDA_CHECK_LAUNCH();
     return;
   }
   auto* y = static_cast<float*>(ctx.scratch->get(kSlotConvOut, size_t(T * C) * 4));
-  conv1d_silu_kernel<<<unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream>>>(
+  launch(conv1d_silu_kernel, unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream,
       y, x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel);
   CUDA_CHECK_LAUNCH();
   if (keep > 0) {
-    conv1d_state_kernel<<<dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
-                          ctx.stream>>>(state.conv.f32(), x.f32(), ctx.step.seqs, C, kernel);
+    launch(conv1d_state_kernel, dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
+                          ctx.stream, state.conv.f32(), x.f32(), ctx.step.seqs, C, kernel);
     CUDA_CHECK_LAUNCH();
   }
   CUDA_CHECK(cudaMemcpyAsync(x.data, y, size_t(T * C) * 4, cudaMemcpyDeviceToDevice, ctx.stream));

@@ -117,6 +117,16 @@ int CudaOps::device_count() {
   return n;
 }
 
+namespace cuda {
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KESTREL_CUDA_PDL");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+}  // namespace cuda
+
 CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
   if (device_count() <= device) unsupported("--device cuda: no CUDA device found");
   impl_->device = device;

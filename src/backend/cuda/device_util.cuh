@@ -5,11 +5,55 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <utility>
+
 #include "backend/cuda/context.h"
 
 namespace kestrel::cuda {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// Programmatic dependent launch (Hopper; docs/cuda.md, "Launches"). Every kernel of the backend is
+// launched through launch() below, which lets the next kernel in the stream (or the step graph)
+// be scheduled before this one has finished, and every kernel's first statement is pdl_begin():
+// it waits until the kernels before it in the stream have completed and their writes are
+// visible (griddepcontrol.wait: a no-op for a kernel launched without the attribute), then lets
+// the kernel after it be scheduled onto free multiprocessors, where it waits in turn. The wait
+// comes before any load or store and before any early exit, in every block: a block that left
+// without waiting could let the kernel complete, and release the one after it, while the kernel
+// before it still runs. Work that reads nothing a previous kernel writes (an L2 prefetch of
+// weights) may come before it: that is what the overlap buys.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+// A hint that [p, p + bytes) will be read soon: one L2 prefetch per 128-byte line, the lines
+// spread over the `n_threads` threads that call it with their own `tid`. Safe before pdl_wait()
+// (L2 is coherent; a prefetch returns nothing to the thread).
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int tid, int n_threads) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = int64_t(tid) * 128; off < bytes; off += int64_t(n_threads) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
+// pdl_enabled(). Launch-configuration errors throw here, naming the launch.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
 
 template <typename W>
 __device__ __forceinline__ float to_f32(W v);

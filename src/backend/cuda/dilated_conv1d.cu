@@ -18,6 +18,7 @@ __global__ void dilated_conv1d_silu_kernel(float* __restrict__ out,          // 
                                            const float* __restrict__ state,  // [n_slots, C * keep]
                                            const SeqStep* __restrict__ seqs, const int32_t* __restrict__ row_seq,
                                            int64_t T, int64_t C, int K, int dilation) {
+  pdl_begin();
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= T * C) return;
   const int64_t r = i / C, c = i - r * C;
@@ -39,6 +40,7 @@ __global__ void dilated_conv1d_silu_kernel(float* __restrict__ out,          // 
 // place, ascending: entry j reads the old entry n_tokens + j (> j, not yet overwritten) or an input.
 __global__ void dilated_conv1d_state_kernel(float* __restrict__ state, const float* __restrict__ x,
                                             const SeqStep* __restrict__ seqs, int64_t C, int64_t keep) {
+  pdl_begin();
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const SeqStep s = seqs[blockIdx.y];
@@ -68,12 +70,12 @@ void dilated_conv1d_silu(const Context& ctx, const Tensor& out, const Tensor& x,
   KCHECK(T == plan.n_rows());
   for (const SeqStep& s : plan.seqs) KCHECK(s.state_slot >= 0 && s.state_slot < state.rows);
   if (plan.seqs.empty() || C == 0 || T == 0) return;
-  dilated_conv1d_silu_kernel<<<unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream>>>(
+  launch(dilated_conv1d_silu_kernel, unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream,
       out.f32(), x.f32(), w.f32(), state.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel, dilation);
   CUDA_CHECK_LAUNCH();
   if (keep > 0) {
-    dilated_conv1d_state_kernel<<<dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
-                                  ctx.stream>>>(state.f32(), x.f32(), ctx.step.seqs, C, keep);
+    launch(dilated_conv1d_state_kernel, dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
+                                  ctx.stream, state.f32(), x.f32(), ctx.step.seqs, C, keep);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -10,42 +10,50 @@ constexpr int kThreads = 256;
 inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8)); }
 
 __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
 }
 
 // gate_cols == 1: one gate per row of `cols` elements; else gate has x's shape.
 __global__ void mul_sigmoid_kernel(float* x, const float* gate, int64_t n, int64_t cols, bool per_row) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] *= sigmoidf(per_row ? gate[i / cols] : gate[i]);
 }
 
 __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = siluf(gate[i]) * up[i];
 }
 
 __global__ void gelu_tanh_mul_kernel(float* out, const float* gate, const float* up, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = gelu_tanhf(gate[i]) * up[i];
 }
 
 __global__ void mul_kernel(float* out, const float* a, const float* b, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = a[i] * b[i];
 }
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] *= s;
 }
 
 __global__ void activation_kernel(float* x, Activation act, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = activate(x[i], act);
 }
 
 __global__ void softcap_kernel(float* x, float cap, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = cap * tanhf(x[i] / cap);
 }
@@ -81,6 +89,7 @@ __device__ __forceinline__ Best warp_best(Best b) {
 // grid: (ranges, R); block (p, r) writes the best of row r's elements [p * range, +range).
 __global__ void argmax_range_kernel(Best* __restrict__ bests,  // [R, ranges]
                                     const float* __restrict__ x, int64_t V, int64_t range) {
+  pdl_begin();
   __shared__ Best warps[kArgmaxThreads / 32];
   const float* row = x + int64_t(blockIdx.y) * V;
   const int64_t begin = int64_t(blockIdx.x) * range, end = min(V, begin + range);
@@ -99,6 +108,7 @@ __global__ void argmax_range_kernel(Best* __restrict__ bests,  // [R, ranges]
 
 // grid: R blocks of one warp: ids[r] = the best of row r's ranges (0 when the row is empty).
 __global__ void argmax_pick_kernel(int32_t* __restrict__ ids, const Best* __restrict__ bests, int ranges) {
+  pdl_begin();
   const Best* row = bests + int64_t(blockIdx.x) * ranges;
   Best b{NAN, kNoIndex};
   for (int p = threadIdx.x; p < ranges; p += 32) take(b, row[p].v, row[p].i);
@@ -108,6 +118,7 @@ __global__ void argmax_pick_kernel(int32_t* __restrict__ ids, const Best* __rest
 
 // grid: R blocks; row r copies x[rows[r]] (row_bytes, a multiple of 4) to out[r].
 __global__ void gather_rows_kernel(uint32_t* out, const uint32_t* x, const int32_t* rows, int64_t words) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const uint32_t* src = x + int64_t(rows[r]) * words;
   uint32_t* dst = out + r * words;
@@ -124,7 +135,7 @@ void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b
              out.numel());
   const int64_t n = out.numel();
   if (!n) return;
-  add_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), a.f32(), b.f32(), n);
+  launch(add_kernel, grid_for(n), kThreads, 0, ctx.stream, out.f32(), a.f32(), b.f32(), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -136,7 +147,7 @@ void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate) {
   else KCHECK_MSG(x.numel() == gate.numel(), "mul_sigmoid: gate ", gate.numel(), " values for x ", x.numel());
   const int64_t n = x.numel();
   if (!n) return;
-  mul_sigmoid_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(x.f32(), gate.f32(), n, x.cols, per_row);
+  launch(mul_sigmoid_kernel, grid_for(n), kThreads, 0, ctx.stream, x.f32(), gate.f32(), n, x.cols, per_row);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -147,7 +158,7 @@ void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const T
   KCHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
   const int64_t n = out.numel();
   if (!n) return;
-  silu_mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), gate.f32(), up.f32(), n);
+  launch(silu_mul_kernel, grid_for(n), kThreads, 0, ctx.stream, out.f32(), gate.f32(), up.f32(), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -159,7 +170,7 @@ void gelu_tanh_mul(const Context& ctx, const Tensor& out, const Tensor& gate, co
              " up ", up.numel(), " out ", out.numel());
   const int64_t n = out.numel();
   if (!n) return;
-  gelu_tanh_mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), gate.f32(), up.f32(), n);
+  launch(gelu_tanh_mul_kernel, grid_for(n), kThreads, 0, ctx.stream, out.f32(), gate.f32(), up.f32(), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -171,7 +182,7 @@ void mul(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b
              out.numel());
   const int64_t n = out.numel();
   if (!n) return;
-  mul_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(out.f32(), a.f32(), b.f32(), n);
+  launch(mul_kernel, grid_for(n), kThreads, 0, ctx.stream, out.f32(), a.f32(), b.f32(), n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -179,7 +190,7 @@ void scale(const Context& ctx, const Tensor& x, float s) {
   check_f32(x, "scale x");
   const int64_t n = x.numel();
   if (!n) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(x.f32(), s, n);
+  launch(scale_kernel, grid_for(n), kThreads, 0, ctx.stream, x.f32(), s, n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -187,7 +198,7 @@ void activation(const Context& ctx, const Tensor& x, Activation act) {
   check_f32(x, "activation x");
   const int64_t n = x.numel();
   if (!n) return;
-  activation_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(x.f32(), act, n);
+  launch(activation_kernel, grid_for(n), kThreads, 0, ctx.stream, x.f32(), act, n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -213,10 +224,10 @@ void argmax(const Context& ctx, const Tensor& ids, const Tensor& x) {
   if (x.rows == 0) return;
   const int ranges = int(ceil_div(x.cols, kArgmaxRange));
   auto* bests = static_cast<Best*>(ctx.scratch->get(kSlotArgmax, size_t(x.rows) * size_t(ranges) * sizeof(Best)));
-  argmax_range_kernel<<<dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream>>>(
+  launch(argmax_range_kernel, dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream,
       bests, x.f32(), x.cols, kArgmaxRange);
   CUDA_CHECK_LAUNCH();
-  argmax_pick_kernel<<<unsigned(x.rows), 32, 0, ctx.stream>>>(static_cast<int32_t*>(ids.data), bests, ranges);
+  launch(argmax_pick_kernel, unsigned(x.rows), 32, 0, ctx.stream, static_cast<int32_t*>(ids.data), bests, ranges);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -225,7 +236,7 @@ void softcap(const Context& ctx, const Tensor& x, float cap) {
   KCHECK(cap > 0.0f);
   const int64_t n = x.numel();
   if (!n) return;
-  softcap_kernel<<<grid_for(n), kThreads, 0, ctx.stream>>>(x.f32(), cap, n);
+  launch(softcap_kernel, grid_for(n), kThreads, 0, ctx.stream, x.f32(), cap, n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -240,7 +251,7 @@ void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const s
   const int32_t* d_rows =
       device_rows ? device_rows
                   : static_cast<const int32_t*>(ctx.upload_scratch(kSlotGatherRows, rows.data(), rows.size() * 4));
-  gather_rows_kernel<<<unsigned(rows.size()), 128, 0, ctx.stream>>>(
+  launch(gather_rows_kernel, unsigned(rows.size()), 128, 0, ctx.stream,
       static_cast<uint32_t*>(out.data), static_cast<const uint32_t*>(x.data), d_rows, int64_t(row_bytes / 4));
   CUDA_CHECK_LAUNCH();
 }

@@ -12,6 +12,7 @@ template <typename W>
 __global__ void embed_kernel(float* __restrict__ out,      // [T, H]
                              const W* __restrict__ table,  // [V, H]
                              const int32_t* __restrict__ tokens, int64_t H, int64_t V, float scale) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int32_t id = tokens[r];
   float* o = out + r * H;
@@ -31,6 +32,7 @@ __global__ void embed_quant_kernel(float* __restrict__ out,          // [T, H]
                                    const uint8_t* __restrict__ table,  // [V, row_bytes]
                                    DType dt, size_t row_bytes, const int32_t* __restrict__ tokens, int64_t H,
                                    int64_t V, float scale) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int32_t id = tokens[r];
   float* o = out + r * H;
@@ -53,6 +55,7 @@ struct RowSource {
 __global__ void embed_rows_kernel(float* __restrict__ out,               // [N, D]
                                   const RowSource* __restrict__ rows,    // [N]
                                   int64_t N, int64_t D) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * D; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / D, c = i - r * D;
     const RowSource s = rows[r];
@@ -99,7 +102,7 @@ void embed_rows(const Context& ctx, const Tensor& out, const std::vector<Tensor>
   const auto* d_src =
       static_cast<const RowSource*>(ctx.upload_scratch(kSlotEmbedRows, src.data(), src.size() * sizeof(RowSource)));
   const int64_t n = out.numel();
-  embed_rows_kernel<<<unsigned(std::min<int64_t>(ceil_div(n, 256), 65535)), 256, 0, ctx.stream>>>(out.f32(), d_src,
+  launch(embed_rows_kernel, unsigned(std::min<int64_t>(ceil_div(n, 256), 65535)), 256, 0, ctx.stream, out.f32(), d_src,
                                                                                                   out.rows, out.cols);
   CUDA_CHECK_LAUNCH();
 }
@@ -113,14 +116,14 @@ void embed(const Context& ctx, const Tensor& out, const Tensor& table, const Ste
   // Token ids were validated on the host already (the plan is host data): check here too.
   for (int32_t id : plan.tokens) KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
   if (dtype_is_quantized(table.dtype)) {
-    embed_quant_kernel<<<unsigned(out.rows), 128, 0, ctx.stream>>>(out.f32(), static_cast<const uint8_t*>(table.data),
+    launch(embed_quant_kernel, unsigned(out.rows), 128, 0, ctx.stream, out.f32(), static_cast<const uint8_t*>(table.data),
                                                                    table.dtype, table.row_bytes(), ctx.step.tokens,
                                                                    out.cols, table.rows, scale);
     CUDA_CHECK_LAUNCH();
     return;
   }
   dispatch_weight(table.dtype, "embed", [&]<typename W>() {
-    embed_kernel<W><<<unsigned(out.rows), 256, 0, ctx.stream>>>(out.f32(), table.as<const W>(), ctx.step.tokens,
+    launch(embed_kernel<W>, unsigned(out.rows), 256, 0, ctx.stream, out.f32(), table.as<const W>(), ctx.step.tokens,
                                                                  out.cols, table.rows, scale);
     CUDA_CHECK_LAUNCH();
   });

@@ -44,6 +44,7 @@ __global__ void gdr_kernel(float* __restrict__ out,            // [T, nv * dv]
                            float* __restrict__ ssm,            // [n_slots, nv * dk * dv]
                            const SeqStep* __restrict__ seqs, Part part, int nk, int nv, int kdiv, int dk,
                            int dv) {
+  pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   double* qs = reinterpret_cast<double*>(smem_raw);  // [blockDim.x], zero past dk
@@ -166,7 +167,7 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
     CUDA_CHECK(cudaFuncSetAttribute(gdr_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
   auto recurrent = [&](Part part) {
-    gdr_kernel<<<grid, threads, smem, ctx.stream>>>(out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(),
+    launch(gdr_kernel, grid, threads, smem, ctx.stream, out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(),
                                                     dt_bias.f32(), state.ssm.f32(), ctx.step.seqs, part, nk, nv,
                                                     cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();

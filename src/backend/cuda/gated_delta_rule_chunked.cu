@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
                                                             const float* __restrict__ dt_bias,
                                                             const int32_t* __restrict__ chunk_rows, int nk, int nv,
                                                             int kdiv, int dk, int dv) {
+  pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* gc = reinterpret_cast<double*>(smem_raw);  // [64]
   float* qs = reinterpret_cast<float*>(gc + kC);     // [64][dk + 1]
@@ -189,6 +190,7 @@ __device__ __forceinline__ void stage_async(float* __restrict__ dst, const float
 __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ out, ChunkScratch sc,
                                                             float* __restrict__ ssm,
                                                             const RunDev* __restrict__ runs, int nv, int dk, int dv) {
+  pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* S = reinterpret_cast<float*>(smem_raw);  // [dk][32]
   float* wb = S + dk * kBV;                       // [64][dk]
@@ -370,11 +372,11 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));
   CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));
   for (const Group& g : groups) {
-    gdr_prep_kernel<<<dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream>>>(
+    launch(gdr_prep_kernel, dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream,
         sc, qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
-    gdr_scan_kernel<<<dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))), kThreads, scan_smem,
-                      ctx.stream>>>(out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at),
+    launch(gdr_scan_kernel, dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))), kThreads, scan_smem,
+                      ctx.stream, out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at),
                                     nv, dk, dv);
     CUDA_CHECK_LAUNCH();
   }

@@ -36,6 +36,28 @@ constexpr int kGemvWarps = 8;    // output columns per block
 // columns, so one load of x serves them all and each lane keeps 4 weight loads in flight.
 // grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
 constexpr int kGemv1Cols = 4;
+// Before pdl_begin() (device_util.cuh), while the kernel before it still runs: an L2 prefetch of
+// the start of each weight row the block will read (columns [n_first, n_first + n_cols) of a
+// matrix of N rows of row_bytes), at most kPrefetchRowMax bytes a row and, over the matrix,
+// about kPrefetchTotal bytes, so a wide matrix's prefetch does not evict what the running kernel
+// uses from the 50 MB L2. It hides the first loads' DRAM latency, which is most of a small
+// GEMV's time (docs/cuda.md, "Launches"); the arithmetic is untouched.
+constexpr int64_t kPrefetchRowMax = 4096;
+constexpr int64_t kPrefetchTotal = int64_t(16) << 20;
+__device__ __forceinline__ void prefetch_rows(const void* w, int64_t row_bytes, int64_t n_first, int64_t n_cols,
+                                              int64_t N) {
+  if (n_first >= N) return;
+  if (n_cols > N - n_first) n_cols = N - n_first;
+  int64_t per_row = kPrefetchTotal / N;
+  if (per_row < 128) per_row = 128;
+  if (per_row > kPrefetchRowMax) per_row = kPrefetchRowMax;
+  if (per_row > row_bytes) per_row = row_bytes;
+  const int64_t lines = (per_row + 127) / 128;
+  const char* base = static_cast<const char*>(w) + n_first * row_bytes;
+  for (int64_t i = threadIdx.x; i < n_cols * lines; i += blockDim.x)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (i / lines) * row_bytes + (i % lines) * 128));
+}
+
 // The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
 // exactly the same code for each of its matrices).
 template <typename W>
@@ -72,6 +94,8 @@ __global__ void gemv1_kernel(float* __restrict__ out,      // [1, N]
                              const float* __restrict__ x,  // [1, K]
                              const W* __restrict__ w,      // [N, K]
                              int64_t K, int64_t N) {
+  prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, N);
+  pdl_begin();
   gemv1_block<W>(out, x, w, K, N, blockIdx.x);
 }
 
@@ -136,6 +160,8 @@ __global__ void gemv_rows_kernel(float* __restrict__ out,      // [R, N]
                                  const float* __restrict__ x,  // [R, K]
                                  const W* __restrict__ w,      // [N, K]
                                  int64_t K, int64_t N) {
+  prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, N);
+  pdl_begin();
   __shared__ __align__(16) float xs[R * kGemvTileK];
   gemv_rows_block<W, R>(out, x, w, K, N, blockIdx.x, xs);
 }
@@ -155,10 +181,12 @@ struct MultiTargets {
 
 template <typename W, int R>
 __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
-  int m = 0;
+  int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   const void* w = t.w[m];
+  prefetch_rows(w, K * int64_t(sizeof(W)), block * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, t.n[m]);
+  pdl_begin();
   if constexpr (R == 1) {
     gemv1_block<W>(t.out[m], x, w, K, t.n[m], block);
   } else {
@@ -186,7 +214,21 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
-inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
+__host__ __device__ inline bool is_unit_format(DType dt) {
+  return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0;
+}
+// Bytes of one row of K elements of a block format.
+__device__ inline int64_t quant_row_bytes(DType dt, int64_t K) {
+  switch (dt) {
+    case DType::kQ8_0: return K / QQ8_0::kBlockElems * QQ8_0::kBlockBytes;
+    case DType::kQ5_0: return K / QQ5_0::kBlockElems * QQ5_0::kBlockBytes;
+    case DType::kQ5_1: return K / QQ5_1::kBlockElems * QQ5_1::kBlockBytes;
+    case DType::kQ4_K: return K / QQ4_K::kBlockElems * QQ4_K::kBlockBytes;
+    case DType::kQ5_K: return K / QQ5_K::kBlockElems * QQ5_K::kBlockBytes;
+    case DType::kQ6_K: return K / QQ6_K::kBlockElems * QQ6_K::kBlockBytes;
+    default: return K / QMXFP4::kBlockElems * QMXFP4::kBlockBytes;
+  }
+}
 inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R, int64_t K) {
   if (dt == DType::kQ4_K) return ceil_div(N, kGemvWarps * q4k_gemv::warp_columns(K));
   return ceil_div(N, kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols));
@@ -205,12 +247,19 @@ constexpr size_t kQ4kSmemMax = size_t(160) << 10;
 template <int R, bool kUnitsOnly>
 __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
-  int m = 0;
+  int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
   extern __shared__ __align__(16) float q4k_smem[];  // q4k_gemv::smem_bytes(K, R) when a matrix is Q4_K
   const DType dt = t.dtype[m];
+  {
+    const int64_t cols = kGemvWarps * (dt == DType::kQ4_K  ? q4k_gemv::warp_columns(K)
+                                       : is_unit_format(dt) ? kUnitCols<R>
+                                                            : kGemv1Cols);
+    prefetch_rows(t.w[m], quant_row_bytes(dt, K), block * cols, cols, t.n[m]);
+  }
+  pdl_begin();
   if (dt == DType::kQ4_K) gemv_q4k_block<R, kGemvWarps>(t.out[m], x, t.w[m], K, t.n[m], block, q4k_smem);
   else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
   else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
@@ -231,6 +280,7 @@ __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows
                                        __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
                                        const uint8_t* __restrict__ w,   // [N, row_bytes]
                                        DType dt, size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
+  pdl_begin();
   const int64_t groups = rows * (K / 8);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / (K / 8), k = (i - r * (K / 8)) * 8;
@@ -254,6 +304,7 @@ __global__ void gemv_scalar_kernel(float* __restrict__ out,      // [T, N]
                                    const float* __restrict__ x,  // [T, K]
                                    const W* __restrict__ w,      // [N, K]
                                    int64_t T, int64_t K, int64_t N) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t n = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -280,6 +331,7 @@ __global__ void gemv_scalar_kernel(float* __restrict__ out,      // [T, N]
 // terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms: [n_terms, n].
 __global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float* __restrict__ x, int64_t n,
                                   int n_terms) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float rest = x[i];
     for (int j = 0; j < n_terms; ++j) {
@@ -292,7 +344,7 @@ __global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float
 
 template <typename W, int R>
 void launch_gemv_rows(cudaStream_t stream, float* out, const float* x, const W* w, int64_t K, int64_t N) {
-  gemv_rows_kernel<W, R><<<unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream>>>(out, x, w, K, N);
+  launch(gemv_rows_kernel<W, R>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, out, x, w, K, N);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -303,7 +355,7 @@ void launch_gemv(cudaStream_t stream, float* out, const float* x, const W* w, in
   if (!vec) {
     dim3 grid(unsigned(ceil_div(N, kGemvWarps)), unsigned(ceil_div(T, kGemvMaxRows)));
     KCHECK_MSG(grid.y <= 65535, "matmul: ", T, " rows is too many for the GEMV path");
-    gemv_scalar_kernel<W><<<grid, kGemvWarps * 32, 0, stream>>>(out, x, w, T, K, N);
+    launch(gemv_scalar_kernel<W>, grid, kGemvWarps * 32, 0, stream, out, x, w, T, K, N);
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -313,7 +365,7 @@ void launch_gemv(cudaStream_t stream, float* out, const float* x, const W* w, in
     const float* xr = x + r0 * K;
     switch (rows) {
       case 1:
-        gemv1_kernel<W><<<unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream>>>(o, xr, w, K, N);
+        launch(gemv1_kernel<W>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, o, xr, w, K, N);
         CUDA_CHECK_LAUNCH();
         break;
       case 2: launch_gemv_rows<W, 2>(stream, o, xr, w, K, N); break;
@@ -329,6 +381,7 @@ void launch_gemv(cudaStream_t stream, float* out, const float* x, const W* w, in
 
 // out[i] = sum of the n_terms partial products p[j][i] (j in order), p: [n_terms, n].
 __global__ void sum_terms_kernel(float* __restrict__ out, const float* __restrict__ p, int64_t n, int n_terms) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float s = p[i];
     for (int j = 1; j < n_terms; ++j) s += p[j * n + i];
@@ -347,7 +400,7 @@ constexpr int64_t kStackedTermsMaxRows = 256;
 void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __nv_bfloat16* w, int64_t T, int64_t K,
                         int64_t N, int n_terms) {
   auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(n_terms)));
-  split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
+  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream,
       terms, x, T * K, n_terms);
   CUDA_CHECK_LAUNCH();
   const float one = 1.0f, zero = 0.0f;
@@ -357,7 +410,7 @@ void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(cols), int(K), &one, w, CUDA_R_16BF,
                               int(K), terms, CUDA_R_16BF, int(K), &zero, partial, CUDA_R_32F, int(N),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    sum_terms_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * N, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
+    launch(sum_terms_kernel, unsigned(std::min<int64_t>(ceil_div(T * N, 256), 65535 * 4)), 256, 0, ctx.stream,
         out, partial, T * N, n_terms);
     CUDA_CHECK_LAUNCH();
     return;
@@ -388,7 +441,7 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   const size_t smem = q4k ? q4k_gemv::smem_bytes(K, R) : 0;
   KCHECK_MSG(smem <= kQ4kSmemMax, "matmul: Q4_K staging of ", smem, " bytes for K = ", K, " and ", R,
              " rows, past the ", kQ4kSmemMax, " bytes the kernel is opted in to");
-  gemv_multi_quant_kernel<R, kUnitsOnly><<<unsigned(blocks), kGemvWarps * 32, smem, stream>>>(mt, x, K);
+  launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, x, K);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -451,7 +504,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   const int x_terms = std::min(n_terms, 2);
   const bool split_w = n_terms == 3;
   auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(x_terms)));
-  split_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream>>>(
+  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream,
       terms, x.f32(), T * K, x_terms);
   CUDA_CHECK_LAUNCH();
   const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
@@ -461,8 +514,8 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   const float one = 1.0f, zero = 0.0f;
   for (int64_t n0 = 0; n0 < N; n0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, N - n0);
-    dequantize_bf16_kernel<<<unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
-                             ctx.stream>>>(hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0,
+    launch(dequantize_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
+                             ctx.stream, hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0,
                                            rows, K);
     CUDA_CHECK_LAUNCH();
     // (weight part, activation term) of each GEMM, in the order they accumulate
@@ -549,14 +602,14 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
   dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {
     const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
     switch (T) {
-      case 1: gemv_multi_kernel<W, 1><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      case 2: gemv_multi_kernel<W, 2><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      case 3: gemv_multi_kernel<W, 3><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      case 4: gemv_multi_kernel<W, 4><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      case 5: gemv_multi_kernel<W, 5><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      case 6: gemv_multi_kernel<W, 6><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      case 7: gemv_multi_kernel<W, 7><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
-      default: gemv_multi_kernel<W, 8><<<grid, block, 0, ctx.stream>>>(mt, x.f32(), K); break;
+      case 1: launch(gemv_multi_kernel<W, 1>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      case 2: launch(gemv_multi_kernel<W, 2>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      case 3: launch(gemv_multi_kernel<W, 3>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      case 4: launch(gemv_multi_kernel<W, 4>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      case 5: launch(gemv_multi_kernel<W, 5>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      case 6: launch(gemv_multi_kernel<W, 6>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      case 7: launch(gemv_multi_kernel<W, 7>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
+      default: launch(gemv_multi_kernel<W, 8>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
     }
     CUDA_CHECK_LAUNCH();
   });

@@ -25,6 +25,7 @@ __global__ void moe_route_kernel(int32_t* __restrict__ ids,       // [T, k]
                                  float* __restrict__ weights,     // [T, k]
                                  const float* __restrict__ logits,  // [T, E]
                                  int E, int k, bool norm_topk) {
+  pdl_begin();
   extern __shared__ double prob[];  // [E]
   __shared__ double chosen[kMaxTopK];
   const int lane = threadIdx.x;
@@ -79,6 +80,7 @@ __global__ void moe_gate_up_kernel(float* __restrict__ hbuf,        // [T * k, F
                                    const void* const* __restrict__ gate,  // [E] -> [F, H]
                                    const void* const* __restrict__ up,    // [E] -> [F, H]
                                    int k, int64_t H, int64_t F, bool vec) {
+  pdl_begin();
   const int64_t f = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (f >= F) return;
   const int64_t p = blockIdx.y, t = p / k;
@@ -99,6 +101,7 @@ __global__ void moe_down_kernel(float* __restrict__ ybuf,           // [T * k, H
                                 const void* const* __restrict__ down,  // [E] -> [H, F]
                                 const float* __restrict__ expert_scale,  // [E] or null
                                 int64_t H, int64_t F, bool vec) {
+  pdl_begin();
   const int64_t c = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (c >= H) return;
   const int64_t p = blockIdx.y;
@@ -111,6 +114,7 @@ __global__ void moe_down_kernel(float* __restrict__ ybuf,           // [T * k, H
 
 // counts[e] += 1 for each pair routed to e.
 __global__ void moe_count_kernel(int32_t* __restrict__ counts, const int32_t* __restrict__ ids, int64_t P) {
+  pdl_begin();
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x)
     atomicAdd(&counts[ids[p]], 1);
 }
@@ -121,6 +125,7 @@ __global__ void moe_offsets_kernel(int32_t* __restrict__ offsets, int32_t* __res
                                    int32_t* __restrict__ active,    // [E], the first *n_active used
                                    int32_t* __restrict__ n_active,  // [1]
                                    const int32_t* __restrict__ counts, int E) {
+  pdl_begin();
   __shared__ int32_t part[1024], used[1024];
   const int per = (E + 1023) / 1024, first = threadIdx.x * per;
   int32_t sum = 0, n = 0;
@@ -156,6 +161,7 @@ __global__ void moe_offsets_kernel(int32_t* __restrict__ offsets, int32_t* __res
 // order[offsets[e] ..] = the pairs routed to e (in no particular order within an expert).
 __global__ void moe_scatter_kernel(int32_t* __restrict__ order, int32_t* __restrict__ cursor,
                                    const int32_t* __restrict__ ids, int64_t P) {
+  pdl_begin();
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x)
     order[atomicAdd(&cursor[ids[p]], 1)] = int32_t(p);
 }
@@ -186,6 +192,7 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
                                            const int32_t* __restrict__ n_active,  // [1]
                                            const void* const* __restrict__ gate, const void* const* __restrict__ up,
                                            int k, int64_t H, int64_t F) {
+  pdl_begin();
   constexpr int C = 2;
   __shared__ __align__(16) float xs[kGroupRows * kTileK];
   __shared__ int64_t tok[kGroupRows], pair[kGroupRows];
@@ -266,6 +273,7 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
                                         const void* const* __restrict__ down,
                                         const float* __restrict__ expert_scale,  // [E] or null
                                         int64_t H, int64_t F) {
+  pdl_begin();
   constexpr int C = 4;
   __shared__ __align__(16) float xs[kGroupRows * kTileK];
   __shared__ int64_t pair[kGroupRows];
@@ -323,6 +331,7 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
 
 // out[t, c] = sum over j in order of ybuf[t * k + j, c].
 __global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict__ ybuf, int k, int64_t T, int64_t H) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * H; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / H, c = i % H;
     float s = 0.0f;
@@ -344,7 +353,7 @@ void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, con
              " rows, top ", top_k);
   KCHECK_MSG(top_k >= 1 && top_k <= E && top_k <= kMaxTopK && E <= 4096, "moe_route: top ", top_k, " of ", E, " experts");
   if (T == 0) return;
-  moe_route_kernel<<<unsigned(T), 32, size_t(E) * sizeof(double), ctx.stream>>>(ids.as<int32_t>(), weights.f32(),
+  launch(moe_route_kernel, unsigned(T), 32, size_t(E) * sizeof(double), ctx.stream, ids.as<int32_t>(), weights.f32(),
                                                                                  logits.f32(), int(E), top_k, norm_topk);
   CUDA_CHECK_LAUNCH();
 }
@@ -408,21 +417,21 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
             *n_active = active + E, *order = n_active + 1;
     CUDA_CHECK(cudaMemsetAsync(counts, 0, E * 4, ctx.stream));
     const unsigned pair_blocks = unsigned(std::min<int64_t>(ceil_div(P, 256), 1024));
-    moe_count_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(counts, ids.as<const int32_t>(), P);
+    launch(moe_count_kernel, pair_blocks, 256, 0, ctx.stream, counts, ids.as<const int32_t>(), P);
     CUDA_CHECK_LAUNCH();
-    moe_offsets_kernel<<<1, 1024, 0, ctx.stream>>>(offsets, cursor, active, n_active, counts, int(E));
+    launch(moe_offsets_kernel, 1, 1024, 0, ctx.stream, offsets, cursor, active, n_active, counts, int(E));
     CUDA_CHECK_LAUNCH();
-    moe_scatter_kernel<<<pair_blocks, 256, 0, ctx.stream>>>(order, cursor, ids.as<const int32_t>(), P);
+    launch(moe_scatter_kernel, pair_blocks, 256, 0, ctx.stream, order, cursor, ids.as<const int32_t>(), P);
     CUDA_CHECK_LAUNCH();
     // At most min(E, P) experts have pairs: the rest of the grid would only read offsets and exit.
     const unsigned expert_rows = unsigned(std::min<int64_t>(int64_t(E), P));
     dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), expert_rows);
       if (gelu) {
-        moe_gate_up_grouped_kernel<W, Activation::kGeluTanh><<<grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_gate_up_grouped_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream,
             hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
       } else {
-        moe_gate_up_grouped_kernel<W, Activation::kSilu><<<grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_gate_up_grouped_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream,
             hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
       }
       CUDA_CHECK_LAUNCH();
@@ -430,10 +439,10 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
       const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), expert_rows);
       if (expert_scale) {
-        moe_down_grouped_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_down_grouped_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream,
             ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E, expert_scale, H, F);
       } else {
-        moe_down_grouped_kernel<W, false><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_down_grouped_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream,
             ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E, nullptr, H, F);
       }
       CUDA_CHECK_LAUNCH();
@@ -445,10 +454,10 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps)), unsigned(P));
       if (gelu) {
-        moe_gate_up_kernel<W, Activation::kGeluTanh><<<grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_gate_up_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream,
             hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
       } else {
-        moe_gate_up_kernel<W, Activation::kSilu><<<grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_gate_up_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream,
             hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
       }
       CUDA_CHECK_LAUNCH();
@@ -456,16 +465,16 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     dispatch_weight(wt_down, "moe_experts", [&]<typename W>() {
       const dim3 down_grid(unsigned(ceil_div(H, kWarps)), unsigned(P));
       if (expert_scale) {
-        moe_down_kernel<W, true><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_down_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream,
             ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, expert_scale, H, F, vec_f);
       } else {
-        moe_down_kernel<W, false><<<down_grid, kWarps * 32, 0, ctx.stream>>>(
+        launch(moe_down_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream,
             ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, nullptr, H, F, vec_f);
       }
       CUDA_CHECK_LAUNCH();
     });
   }
-  moe_sum_kernel<<<unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream>>>(out.f32(), ybuf, k,
+  launch(moe_sum_kernel, unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream, out.f32(), ybuf, k,
                                                                                                    T, H);
   CUDA_CHECK_LAUNCH();
 }

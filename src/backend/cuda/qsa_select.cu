@@ -31,6 +31,7 @@ __global__ void qsa_key_write_kernel(float* __restrict__ index_k,   // [n_blocks
                                      const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
                                      const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                      int block_size, int d) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int64_t row = paged_row(block_tables, seqs[row_seq[r]], block_size, positions[r]);
   for (int i = threadIdx.x; i < d; i += blockDim.x) index_k[row * d + i] = k[r * d + i];
@@ -51,6 +52,7 @@ __global__ void qsa_score_kernel(double* __restrict__ scores, const float* __res
                                  const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables,
                                  int block_size, int n_heads, int d, int ratio, float eps, RopeArgs rope,
                                  int64_t max_blocks) {
+  pdl_begin();
   __shared__ float pooled_all[kWarps][kMaxHeadDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t r = blockIdx.x;
@@ -126,6 +128,7 @@ __global__ void qsa_pick_kernel(int32_t* __restrict__ select,       // [T, cols]
                                 const double* __restrict__ scores,  // [T, max_blocks]
                                 const int32_t* __restrict__ positions, int64_t max_blocks, int keep, int ratio,
                                 int cols) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int64_t pos = positions[r];
   const int n = int((pos + 1) / ratio);  // complete blocks
@@ -204,7 +207,7 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
   if (q.rows == 0) return;
   KCHECK_MSG(ceil_div(max_blocks, kWarps) <= 65535, "qsa_select: ", max_blocks, " blocks of keys (the CUDA kernel takes ",
              int64_t(65535) * kWarps, ")");
-  qsa_key_write_kernel<<<unsigned(k.rows), 128, 0, ctx.stream>>>(cache.index_k.f32(), k.f32(), ctx.step.positions,
+  launch(qsa_key_write_kernel, unsigned(k.rows), 128, 0, ctx.stream, cache.index_k.f32(), k.f32(), ctx.step.positions,
                                                                  ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables,
                                                                  ctx.step.block_size, d);
   CUDA_CHECK_LAUNCH();
@@ -213,12 +216,12 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
     RopeArgs rope{.half = half, .span = span, .inv_freq = {}};
     const int freq_dim = p.rope.freq_dim > 0 ? p.rope.freq_dim : std::max(rot, 1);
     for (int i = 0; i < half; ++i) rope.inv_freq[i] = rope_inv_freq(p.rope.theta, i, freq_dim);
-    qsa_score_kernel<<<dim3(unsigned(q.rows), unsigned(ceil_div(max_blocks, kWarps))), kWarps * 32, 0, ctx.stream>>>(
+    launch(qsa_score_kernel, dim3(unsigned(q.rows), unsigned(ceil_div(max_blocks, kWarps))), kWarps * 32, 0, ctx.stream,
         scores, q.f32(), cache.index_k.f32(), k_norm.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
         ctx.step.block_tables, ctx.step.block_size, p.n_heads, d, ratio, p.eps, rope, max_blocks);
     CUDA_CHECK_LAUNCH();
   }
-  qsa_pick_kernel<<<unsigned(q.rows), kPickThreads, 0, ctx.stream>>>(select.as<int32_t>(), scores, ctx.step.positions,
+  launch(qsa_pick_kernel, unsigned(q.rows), kPickThreads, 0, ctx.stream, select.as<int32_t>(), scores, ctx.step.positions,
                                                                      std::max<int64_t>(max_blocks, 1),
                                                                      p.budget / ratio, ratio, int(select.cols));
   CUDA_CHECK_LAUNCH();

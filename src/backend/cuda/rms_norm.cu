@@ -12,6 +12,7 @@ __global__ void rms_norm_kernel(float* out,             // [rows, n]
                                 const float* x,         // [rows, n]
                                 const float* __restrict__ w,  // [n] or null
                                 int64_t n, float eps) {
+  pdl_begin();
   const float* xr = x + blockIdx.x * n;
   float* o = out + blockIdx.x * n;
   double ss = 0.0;
@@ -30,6 +31,7 @@ __global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
                                     const float* __restrict__ w, // [n] or null
                                     float* out,                  // [rows, n]
                                     int64_t n, float eps) {
+  pdl_begin();
   float* rr = residual + blockIdx.x * n;
   const float* xr = x + blockIdx.x * n;
   float* o = out + blockIdx.x * n;
@@ -55,6 +57,7 @@ __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n]
                                        const float* __restrict__ w, // [n] or null
                                        float* out,                  // [rows, n]
                                        int64_t n, float eps) {
+  pdl_begin();
   const float* xr = x + blockIdx.x * n;
   float* rr = kAdd ? residual + blockIdx.x * n : nullptr;
   float* o = out + blockIdx.x * n;
@@ -91,16 +94,16 @@ void launch_row_norm(cudaStream_t stream, float* residual, const float* x, const
   const int64_t per = ceil_div(n, threads);
   const unsigned grid = unsigned(rows);
   auto staged = [&]<int R>() {
-    if (residual) rms_norm_staged_kernel<R, true><<<grid, threads, 0, stream>>>(residual, x, w, out, n, eps);
-    else rms_norm_staged_kernel<R, false><<<grid, threads, 0, stream>>>(nullptr, x, w, out, n, eps);
+    if (residual) launch(rms_norm_staged_kernel<R, true>, grid, threads, 0, stream, residual, x, w, out, n, eps);
+    else launch(rms_norm_staged_kernel<R, false>, grid, threads, 0, stream, nullptr, x, w, out, n, eps);
   };
   if (per <= 1) staged.template operator()<1>();
   else if (per <= 2) staged.template operator()<2>();
   else if (per <= 4) staged.template operator()<4>();
   else if (per <= 8) staged.template operator()<8>();
   else if (per <= 16) staged.template operator()<16>();
-  else if (residual) add_rms_norm_kernel<<<grid, threads, 0, stream>>>(residual, x, w, out, n, eps);
-  else rms_norm_kernel<<<grid, threads, 0, stream>>>(out, x, w, n, eps);
+  else if (residual) launch(add_rms_norm_kernel, grid, threads, 0, stream, residual, x, w, out, n, eps);
+  else launch(rms_norm_kernel, grid, threads, 0, stream, out, x, w, n, eps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -109,6 +112,7 @@ __global__ void group_rms_norm_kernel(float* x,                      // [groups,
                                       const float* __restrict__ z,   // [groups, d] or null
                                       const float* __restrict__ w,   // [d] or null
                                       int64_t groups, int d, float eps) {
+  pdl_begin();
   const int64_t g = blockIdx.x * int64_t(blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (g >= groups) return;
@@ -130,6 +134,7 @@ __global__ void col_group_rms_norm_kernel(float* out,                   // [rows
                                           const float* x,               // [rows, cols]
                                           const float* __restrict__ w,  // [cols] or null
                                           int64_t group, int64_t groups_per_row, float eps) {
+  pdl_begin();
   const int64_t g = blockIdx.x;
   const float* xg = x + g * group;
   float* o = out + g * group;
@@ -148,6 +153,7 @@ __global__ void group_rms_norm_staged_kernel(float* x,                      // [
                                              const float* __restrict__ z,   // [groups, d] or null
                                              const float* __restrict__ w,   // [d] or null
                                              int64_t groups, int d, float eps) {
+  pdl_begin();
   const int64_t g = blockIdx.x * int64_t(blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (g >= groups) return;
@@ -181,11 +187,11 @@ void launch_group_norm(cudaStream_t stream, float* x, const float* z, const floa
   if (groups == 0) return;
   constexpr int kWarps = 8;
   const unsigned grid = unsigned(ceil_div(groups, kWarps));
-  if (d <= 32) group_rms_norm_staged_kernel<1><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
-  else if (d <= 64) group_rms_norm_staged_kernel<2><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
-  else if (d <= 128) group_rms_norm_staged_kernel<4><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
-  else if (d <= 256) group_rms_norm_staged_kernel<8><<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
-  else group_rms_norm_kernel<<<grid, kWarps * 32, 0, stream>>>(x, z, w, groups, d, eps);
+  if (d <= 32) launch(group_rms_norm_staged_kernel<1>, grid, kWarps * 32, 0, stream, x, z, w, groups, d, eps);
+  else if (d <= 64) launch(group_rms_norm_staged_kernel<2>, grid, kWarps * 32, 0, stream, x, z, w, groups, d, eps);
+  else if (d <= 128) launch(group_rms_norm_staged_kernel<4>, grid, kWarps * 32, 0, stream, x, z, w, groups, d, eps);
+  else if (d <= 256) launch(group_rms_norm_staged_kernel<8>, grid, kWarps * 32, 0, stream, x, z, w, groups, d, eps);
+  else launch(group_rms_norm_kernel, grid, kWarps * 32, 0, stream, x, z, w, groups, d, eps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -243,7 +249,7 @@ void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, cons
   const int64_t groups = x.numel() / group;
   if (groups == 0) return;
   const int threads = group >= 1024 ? 512 : group >= 256 ? 256 : group >= 128 ? 128 : 32;
-  col_group_rms_norm_kernel<<<unsigned(groups), threads, 0, ctx.stream>>>(
+  launch(col_group_rms_norm_kernel, unsigned(groups), threads, 0, ctx.stream,
       out.f32(), x.f32(), w.empty() ? nullptr : w.f32(), group, x.cols / group, eps);
   CUDA_CHECK_LAUNCH();
 }

@@ -17,6 +17,7 @@ struct InvFreqs {
 __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
                             const int32_t* __restrict__ positions,  // [T]
                             int n_heads, int head_dim, int half, int span, const InvFreqs freqs) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const float pos = float(positions[r]);
   float* row = x + r * int64_t(n_heads) * head_dim;
@@ -52,7 +53,7 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& c
   InvFreqs freqs{};
   for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
   const int threads = std::min(256, std::max(32, (n_heads * half + 31) / 32 * 32));
-  rope_kernel<<<unsigned(x.rows), threads, 0, ctx.stream>>>(x.f32(), ctx.step.positions, n_heads, head_dim, half,
+  launch(rope_kernel, unsigned(x.rows), threads, 0, ctx.stream, x.f32(), ctx.step.positions, n_heads, head_dim, half,
                                                              span, freqs);
   CUDA_CHECK_LAUNCH();
 }

@@ -17,6 +17,7 @@ inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kTh
 __global__ void streams_expand_kernel(float* __restrict__ out,      // [T, n * H]
                                       const float* __restrict__ y,  // [T, H]
                                       int64_t T, int64_t H, int64_t n) {
+  pdl_begin();
   const int64_t cols = n * H;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * cols; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / cols, c = i - t * cols;
@@ -28,6 +29,7 @@ __global__ void streams_mix_kernel(float* __restrict__ out,       // [T, H]
                                    const float* __restrict__ w,   // [T, n * H]
                                    const float* __restrict__ x,   // [T, n * H]
                                    int64_t T, int64_t H, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * H; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / H, c = i - t * H;
     const float* wr = w + t * n * H + c;
@@ -42,6 +44,7 @@ __global__ void streams_inject_kernel(float* __restrict__ x,        // [T, n * H
                                       const float* __restrict__ y,  // [T, H]
                                       const float* __restrict__ w,  // [T, n]
                                       int64_t T, int64_t H, int64_t n, bool accumulate) {
+  pdl_begin();
   const int64_t cols = n * H;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * cols; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / cols, c = i - t * cols, s = c / H;
@@ -56,6 +59,7 @@ __global__ void stream_gate_kernel(float* __restrict__ g,        // [T, n]
                                    const float* __restrict__ a,  // [T, n * H]
                                    const float* __restrict__ b,  // [T, n * H]
                                    int64_t T, int64_t H, int64_t n) {
+  pdl_begin();
   const int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (item >= T * n) return;
   const int lane = threadIdx.x & 31;
@@ -80,7 +84,7 @@ void streams_expand(const Context& ctx, const Tensor& out, const Tensor& y) {
              "] from y [", y.rows, ", ", H, "]");
   const int64_t n = out.cols / H;
   if (out.numel() == 0) return;
-  streams_expand_kernel<<<grid_for(out.numel()), kThreads, 0, ctx.stream>>>(out.f32(), y.f32(), y.rows, H, n);
+  launch(streams_expand_kernel, grid_for(out.numel()), kThreads, 0, ctx.stream, out.f32(), y.f32(), y.rows, H, n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -92,7 +96,7 @@ void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const T
   KCHECK_MSG(H > 0 && x.cols % H == 0 && w.cols == x.cols && w.rows == x.rows && out.rows == x.rows,
              "streams_mix: out [", out.rows, ", ", H, "] w [", w.rows, ", ", w.cols, "] x [", x.rows, ", ", x.cols, "]");
   if (out.numel() == 0) return;
-  streams_mix_kernel<<<grid_for(out.numel()), kThreads, 0, ctx.stream>>>(out.f32(), w.f32(), x.f32(), x.rows, H,
+  launch(streams_mix_kernel, grid_for(out.numel()), kThreads, 0, ctx.stream, out.f32(), w.f32(), x.f32(), x.rows, H,
                                                                          x.cols / H);
   CUDA_CHECK_LAUNCH();
 }
@@ -105,7 +109,7 @@ void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const 
   KCHECK_MSG(x.cols == n * H && x.rows == y.rows && w.rows == y.rows, "streams_inject: x [", x.rows, ", ", x.cols,
              "] y [", y.rows, ", ", H, "] w [", w.rows, ", ", n, "]");
   if (x.numel() == 0) return;
-  streams_inject_kernel<<<grid_for(x.numel()), kThreads, 0, ctx.stream>>>(x.f32(), y.f32(), w.f32(), y.rows, H, n,
+  launch(streams_inject_kernel, grid_for(x.numel()), kThreads, 0, ctx.stream, x.f32(), y.f32(), w.f32(), y.rows, H, n,
                                                                           accumulate);
   CUDA_CHECK_LAUNCH();
 }
@@ -119,7 +123,7 @@ void stream_gate(const Context& ctx, const Tensor& g, const Tensor& a, const Ten
              "stream_gate: g [", g.rows, ", ", n, "] a [", a.rows, ", ", a.cols, "] b [", b.rows, ", ", b.cols, "]");
   const int64_t items = g.numel();
   if (items == 0) return;
-  stream_gate_kernel<<<unsigned(ceil_div(items, kWarps)), kWarps * 32, 0, ctx.stream>>>(g.f32(), a.f32(), b.f32(),
+  launch(stream_gate_kernel, unsigned(ceil_div(items, kWarps)), kWarps * 32, 0, ctx.stream, g.f32(), a.f32(), b.f32(),
                                                                                         a.rows, a.cols / n, n);
   CUDA_CHECK_LAUNCH();
 }

@@ -183,6 +183,13 @@ class Ops {
   }
   // x *= sigmoid(gate): gate the same shape as x, or [T, 1] (one gate per row).
   virtual void mul_sigmoid(const Tensor& x, const Tensor& gate) = 0;
+  // out += x * sigmoid(gate), gate as in mul_sigmoid; x may be overwritten. Bit-identical to
+  // mul_sigmoid(x, gate) followed by add(out, out, x), which is what this default does (a gated
+  // shared expert's output joining the routed experts'); CUDA runs it as one pass.
+  virtual void add_mul_sigmoid(const Tensor& out, const Tensor& x, const Tensor& gate) {
+    mul_sigmoid(x, gate);
+    add(out, out, x);
+  }
   // out[T, F] = silu(gate) * up.
   virtual void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // out[T, F] = gelu_tanh(gate) * up (see Activation). out may be gate or up.
@@ -223,6 +230,19 @@ class Ops {
   // ---- matrix products ----
   // out[T, N] = x[T, K] . w[N, K]^T
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
+  // out = (act(gate) * up) . w^T, act silu or gelu-tanh: a gated MLP's down projection. gate may
+  // be overwritten. Bit-identical to silu_mul / gelu_tanh_mul(gate, gate, up) followed by
+  // matmul(out, gate, w), which is what this default does; CUDA decode steps with a small K run
+  // it as one GEMV that forms act(gate) * up as it loads its input.
+  virtual void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) {
+    if (act == Activation::kGeluTanh) {
+      gelu_tanh_mul(gate, gate, up);
+    } else {
+      KCHECK_MSG(act == Activation::kSilu, "matmul_gated: activation must be silu or gelu-tanh");
+      silu_mul(gate, gate, up);
+    }
+    matmul(out, gate, w);
+  }
   // Several matmuls of the same x (a layer's input projections): each target exactly what
   // matmul(t.out, x, t.w) computes. Backends may run them as one launch (CUDA decode steps).
   virtual void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {

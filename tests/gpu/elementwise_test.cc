@@ -124,6 +124,28 @@ TEST_F(GpuTest, AddGatesSoftcap) {
   }
 }
 
+// add_mul_sigmoid (a gated shared expert joining the routed experts' sum): bit-identical to the
+// device's own mul_sigmoid then add, which the model ran before (its product must be rounded
+// before the sum, not contracted into an FMA), and within kTol of the CPU; full and [T, 1] gates.
+TEST_F(GpuTest, AddMulSigmoid) {
+  for (int T : {1, 5, 70}) {
+    for (int C : {1, 33, 2048}) {
+      for (bool per_row : {false, true}) {
+        Buffer y = random(T, C, 3.0f), s = random(T, C, 2.0f), g = random(T, per_row ? 1 : C, 4.0f);
+        Buffer dy = up(y), ds = up(s), dg = up(g);
+        Buffer dy2 = up(y), ds2 = up(s);
+        gpu().mul_sigmoid(ds2, dg);
+        gpu().add(dy2, dy2, ds2);
+        gpu().add_mul_sigmoid(dy, ds, dg);
+        EXPECT_EQ(down(dy), down(dy2)) << "vs mul_sigmoid + add " << T << "x" << C << " per_row=" << per_row;
+        EXPECT_EQ(down(ds), host(s)) << "x is left as it was";
+        cpu_.add_mul_sigmoid(y, s, g);
+        EXPECT_LE(rel_err(down(dy), host(y)), kTol) << "vs CPU " << T << "x" << C << " per_row=" << per_row;
+      }
+    }
+  }
+}
+
 // Gemma 4 / Qwen4-Exp elementwise ops: gelu_tanh_mul (also in place), scale, activation, mul.
 TEST_F(GpuTest, GeluMulScaleActivationMul) {
   for (int T : {1, 5, 70}) {

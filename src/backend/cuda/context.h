@@ -131,6 +131,7 @@ void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int hea
 void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
 void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate);
+void add_mul_sigmoid(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& gate);
 void silu_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up);
 void gelu_tanh_mul(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up);
 void mul(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
@@ -150,6 +151,9 @@ void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const T
 void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);
 void stream_gate(const Context& ctx, const Tensor& g, const Tensor& a, const Tensor& b);
 void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
+// out = (act(gate) * up) . w^T (a gated MLP's down projection); gate may be overwritten.
+void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
+                  Activation act);
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,

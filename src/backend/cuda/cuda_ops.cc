@@ -411,6 +411,9 @@ void CudaOps::add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor
   cuda::add_rms_norm(ctx(), residual, x, w, out, eps);
 }
 void CudaOps::mul_sigmoid(const Tensor& x, const Tensor& gate) { cuda::mul_sigmoid(ctx(), x, gate); }
+void CudaOps::add_mul_sigmoid(const Tensor& out, const Tensor& x, const Tensor& gate) {
+  cuda::add_mul_sigmoid(ctx(), out, x, gate);
+}
 void CudaOps::silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::silu_mul(ctx(), out, gate, up);
 }
@@ -441,6 +444,9 @@ void CudaOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, 
 }
 void CudaOps::stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) { cuda::stream_gate(ctx(), g, a, b); }
 void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda::matmul(ctx(), out, x, w); }
+void CudaOps::matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) {
+  cuda::matmul_gated(ctx(), out, gate, up, w, act);
+}
 void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
   cuda::matmul_multi(ctx(), x, targets);
 }

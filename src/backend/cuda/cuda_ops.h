@@ -61,6 +61,7 @@ class CudaOps final : public Ops, public StepGraphs {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override;
+  void add_mul_sigmoid(const Tensor& out, const Tensor& x, const Tensor& gate) override;
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gelu_tanh_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void scale(const Tensor& x, double s) override;
@@ -77,6 +78,7 @@ class CudaOps final : public Ops, public StepGraphs {
   void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) override;
   void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
+  void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override;
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,

@@ -1,5 +1,5 @@
-// Elementwise ops: add, mul, scale, mul_sigmoid (full or [T, 1] gate), silu_mul, gelu_tanh_mul,
-// activation, softcap, gather_rows, slice_cols, and argmax over rows.
+// Elementwise ops: add, mul, scale, mul_sigmoid and add_mul_sigmoid (full or [T, 1] gate),
+// silu_mul, gelu_tanh_mul, activation, softcap, gather_rows, slice_cols, and argmax over rows.
 #include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
@@ -20,6 +20,15 @@ __global__ void mul_sigmoid_kernel(float* x, const float* gate, int64_t n, int64
   pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] *= sigmoidf(per_row ? gate[i / cols] : gate[i]);
+}
+
+// out += x * sigmoid(g), the product rounded before the sum (no FMA contraction), as
+// mul_sigmoid_kernel then add_kernel compute it: the same bits in one pass. x is not written.
+__global__ void add_mul_sigmoid_kernel(float* out, const float* x, const float* gate, int64_t n, int64_t cols,
+                                       bool per_row) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __fadd_rn(out[i], __fmul_rn(x[i], sigmoidf(per_row ? gate[i / cols] : gate[i])));
 }
 
 __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, int64_t n) {
@@ -148,6 +157,21 @@ void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate) {
   const int64_t n = x.numel();
   if (!n) return;
   launch(mul_sigmoid_kernel, grid_for(n), kThreads, 0, ctx.stream, x.f32(), gate.f32(), n, x.cols, per_row);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_mul_sigmoid(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& gate) {
+  check_f32(out, "add_mul_sigmoid out");
+  check_f32(x, "add_mul_sigmoid x");
+  check_f32(gate, "add_mul_sigmoid gate");
+  KCHECK_MSG(out.numel() == x.numel(), "add_mul_sigmoid: out ", out.numel(), " values, x ", x.numel());
+  const bool per_row = gate.cols == 1 && x.cols != 1;
+  if (per_row) KCHECK_MSG(gate.rows == x.rows, "add_mul_sigmoid: [T, 1] gate has ", gate.rows, " rows, x ", x.rows);
+  else KCHECK_MSG(x.numel() == gate.numel(), "add_mul_sigmoid: gate ", gate.numel(), " values for x ", x.numel());
+  const int64_t n = x.numel();
+  if (!n) return;
+  launch(add_mul_sigmoid_kernel, grid_for(n), kThreads, 0, ctx.stream, out.f32(), x.f32(), gate.f32(), n, x.cols,
+         per_row);
   CUDA_CHECK_LAUNCH();
 }
 

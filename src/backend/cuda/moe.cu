@@ -4,15 +4,16 @@
 //   h[p, F]   = act(gate_e x_t) * up_e x_t                       act: silu or gelu-tanh
 //   y[p, H]   = (weight_p * scale_e) * down_e h[p]              scale_e: experts.expert_scale, or 1
 //   out[t, H] = sum_j y[t * k + j]  in rank order     (moe_sum_kernel)
-// The pairs are grouped by expert on the device (count, scan, scatter; the scan also lists the
-// experts that got a pair); then each block takes one listed expert's column tile and runs its
-// pairs 8 at a time with their inputs staged in shared memory, so an expert's weights are read
-// once per 8 of its pairs rather than once per pair (prefill, and decode batches, share
-// experts). The grid covers min(E, pairs) experts, not all E: a decode step of 8 pairs launches
-// 8 expert rows of blocks, and those past the device-side count of touched experts exit. A pair's sums run in the same order whatever
-// shares its pass, so results do not depend on the batch. Unaligned shapes take the per-pair
-// kernels (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the
-// grouped kernels, for every T, with each 8 weights decoded in registers (quant_blocks.cuh).
+// The pairs are grouped by expert on the device (moe_group_kernel, one launch: count, scan,
+// scatter; the scan also lists the experts that got a pair); then each block takes one listed
+// expert's column tile and runs its pairs 8 at a time with their inputs staged in shared memory,
+// so an expert's weights are read once per 8 of its pairs rather than once per pair (prefill, and
+// decode batches, share experts). The grid covers min(E, pairs) experts, not all E: a decode step
+// of 8 pairs launches 8 expert rows of blocks, and those past the device-side count of touched
+// experts exit. A pair's sums run in the same order whatever shares its pass, so results do not
+// depend on the batch. Unaligned shapes take the per-pair kernels (one warp per output of one
+// pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped kernels, for every T, with each
+// 8 weights decoded in registers (quant_blocks.cuh).
 #include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
@@ -112,59 +113,64 @@ __global__ void moe_down_kernel(float* __restrict__ ybuf,           // [T * k, H
 
 // ---- grouping pairs by expert ----
 
-// counts[e] += 1 for each pair routed to e.
-__global__ void moe_count_kernel(int32_t* __restrict__ counts, const int32_t* __restrict__ ids, int64_t P) {
+// One block of kGroupThreads threads groups a step's pairs by expert, in one launch:
+//   offsets [E + 1]     exclusive prefix sums of the experts' pair counts;
+//   active [*n_active]  the experts with at least one pair, ascending (the grouped kernels' grid rows);
+//   order [P]           order[offsets[e] ..] = the pairs routed to e (in no particular order within
+//                       an expert: a pair's sums do not depend on its slot).
+// The counts and cursors live in shared memory (dynamic: 2 E ints). A decode step has a few
+// pairs, so one block is plenty, and one launch instead of a memset and three kernels matters
+// there (40 MoE layers a step on the 35B-A3B).
+constexpr int kGroupThreads = 1024;
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* __restrict__ offsets,
+                                                                  int32_t* __restrict__ active,
+                                                                  int32_t* __restrict__ n_active,
+                                                                  int32_t* __restrict__ order,
+                                                                  const int32_t* __restrict__ ids, int64_t P, int E) {
   pdl_begin();
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x)
-    atomicAdd(&counts[ids[p]], 1);
-}
-
-// One block of 1024 threads: offsets [E + 1] = exclusive prefix sums of counts [E]; cursor = offsets;
-// active [*n_active] = the experts with at least one pair, ascending (the grouped kernels' grid rows).
-__global__ void moe_offsets_kernel(int32_t* __restrict__ offsets, int32_t* __restrict__ cursor,
-                                   int32_t* __restrict__ active,    // [E], the first *n_active used
-                                   int32_t* __restrict__ n_active,  // [1]
-                                   const int32_t* __restrict__ counts, int E) {
-  pdl_begin();
-  __shared__ int32_t part[1024], used[1024];
-  const int per = (E + 1023) / 1024, first = threadIdx.x * per;
+  extern __shared__ int32_t group_smem[];
+  int32_t* counts = group_smem;  // [E]
+  int32_t* cursor = counts + E;  // [E]
+  __shared__ int32_t part[kGroupThreads], used[kGroupThreads];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += kGroupThreads) counts[e] = 0;
+  __syncthreads();
+  for (int64_t p = tid; p < P; p += kGroupThreads) atomicAdd(&counts[ids[p]], 1);
+  __syncthreads();
+  const int per = (E + kGroupThreads - 1) / kGroupThreads, first = tid * per;
   int32_t sum = 0, n = 0;
   for (int i = first; i < first + per && i < E; ++i) {
     sum += counts[i];
     n += counts[i] > 0 ? 1 : 0;
   }
-  part[threadIdx.x] = sum;
-  used[threadIdx.x] = n;
+  part[tid] = sum;
+  used[tid] = n;
   __syncthreads();
-  for (int d = 1; d < 1024; d <<= 1) {  // inclusive scans of the per-thread sums and expert counts
-    const int32_t v = threadIdx.x >= unsigned(d) ? part[threadIdx.x - d] : 0;
-    const int32_t u = threadIdx.x >= unsigned(d) ? used[threadIdx.x - d] : 0;
+  for (int d = 1; d < kGroupThreads; d <<= 1) {  // inclusive scans of the per-thread sums and expert counts
+    const int32_t v = tid >= d ? part[tid - d] : 0;
+    const int32_t u = tid >= d ? used[tid - d] : 0;
     __syncthreads();
-    part[threadIdx.x] += v;
-    used[threadIdx.x] += u;
+    part[tid] += v;
+    used[tid] += u;
     __syncthreads();
   }
-  int32_t run = threadIdx.x ? part[threadIdx.x - 1] : 0;
-  int32_t slot = threadIdx.x ? used[threadIdx.x - 1] : 0;
+  int32_t run = tid ? part[tid - 1] : 0;
+  int32_t slot = tid ? used[tid - 1] : 0;
   for (int i = first; i < first + per && i < E; ++i) {
     offsets[i] = run;
     cursor[i] = run;
     run += counts[i];
     if (counts[i] > 0) active[slot++] = i;
   }
-  if (threadIdx.x == 1023) {
-    offsets[E] = part[1023];
-    *n_active = used[1023];
+  if (tid == kGroupThreads - 1) {
+    offsets[E] = part[kGroupThreads - 1];
+    *n_active = used[kGroupThreads - 1];
   }
+  __syncthreads();  // cursor complete
+  for (int64_t p = tid; p < P; p += kGroupThreads) order[atomicAdd(&cursor[ids[p]], 1)] = int32_t(p);
 }
-
-// order[offsets[e] ..] = the pairs routed to e (in no particular order within an expert).
-__global__ void moe_scatter_kernel(int32_t* __restrict__ order, int32_t* __restrict__ cursor,
-                                   const int32_t* __restrict__ ids, int64_t P) {
-  pdl_begin();
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < P; p += int64_t(gridDim.x) * blockDim.x)
-    order[atomicAdd(&cursor[ids[p]], 1)] = int32_t(p);
-}
+// Experts one launch of moe_group_kernel takes (its 2 E ints of shared memory within the opt-in limit).
+constexpr int kGroupMaxExperts = 16384;
 
 // ---- grouped expert kernels ----
 
@@ -410,18 +416,16 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   auto* ybuf = static_cast<float*>(ctx.scratch->get(kSlotMoePartial, size_t(P * H) * 4));
   vec_f = vec_f && aligned16(hbuf);
   if (vec_h && vec_f) {
-    // group the pairs by expert:
-    // counts [E] | offsets [E + 1] | cursor [E] | active [E] | n_active [1] | order [P]
-    auto* idx = static_cast<int32_t*>(ctx.scratch->get(kSlotMoeIndex, (4 * E + 2 + size_t(P)) * 4));
-    int32_t *counts = idx, *offsets = idx + E, *cursor = offsets + E + 1, *active = cursor + E,
-            *n_active = active + E, *order = n_active + 1;
-    CUDA_CHECK(cudaMemsetAsync(counts, 0, E * 4, ctx.stream));
-    const unsigned pair_blocks = unsigned(std::min<int64_t>(ceil_div(P, 256), 1024));
-    launch(moe_count_kernel, pair_blocks, 256, 0, ctx.stream, counts, ids.as<const int32_t>(), P);
-    CUDA_CHECK_LAUNCH();
-    launch(moe_offsets_kernel, 1, 1024, 0, ctx.stream, offsets, cursor, active, n_active, counts, int(E));
-    CUDA_CHECK_LAUNCH();
-    launch(moe_scatter_kernel, pair_blocks, 256, 0, ctx.stream, order, cursor, ids.as<const int32_t>(), P);
+    // group the pairs by expert: offsets [E + 1] | active [E] | n_active [1] | order [P]
+    KCHECK_MSG(E <= size_t(kGroupMaxExperts), "moe_experts: ", E, " experts (the CUDA kernels take up to ",
+               kGroupMaxExperts, ")");
+    auto* idx = static_cast<int32_t*>(ctx.scratch->get(kSlotMoeIndex, (2 * E + 2 + size_t(P)) * 4));
+    int32_t *offsets = idx, *active = offsets + E + 1, *n_active = active + E, *order = n_active + 1;
+    const size_t group_smem = 2 * E * 4;
+    if (group_smem > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(moe_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(group_smem)));
+    launch(moe_group_kernel, 1, kGroupThreads, group_smem, ctx.stream, offsets, active, n_active, order,
+           ids.as<const int32_t>(), P, int(E));
     CUDA_CHECK_LAUNCH();
     // At most min(E, P) experts have pairs: the rest of the grid would only read offsets and exit.
     const unsigned expert_rows = unsigned(std::min<int64_t>(int64_t(E), P));

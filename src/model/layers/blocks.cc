@@ -77,32 +77,43 @@ void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, co
   Tensor u = ws.take(T, F);
   const MatmulTarget proj[] = {{g, w.gate}, {u, w.up}};
   ops.matmul_multi(x, proj);
-  if (w.act == Activation::kGeluTanh) {
-    ops.gelu_tanh_mul(g, g, u);
-  } else {
-    ops.silu_mul(g, g, u);
-  }
-  ops.matmul(y, g, w.down);
+  ops.matmul_gated(y, g, u, w.down, w.act);
 }
 
 void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows;
+  const bool shared = !w.shared.gate.empty();
+  // Every projection of x in one call (one launch for a CUDA decode step): the router, and the
+  // shared expert's gate, up and output gate. Each is exactly its own matmul.
   Tensor logits = ws.take(T, cfg.n_experts);
-  ops.matmul(logits, x, w.router);
+  Tensor g, u, sg;
+  MatmulTarget proj[4];
+  int n_proj = 0;
+  proj[n_proj++] = {logits, w.router};
+  if (shared) {
+    g = ws.take(T, w.shared.gate.rows);
+    u = ws.take(T, w.shared.up.rows);
+    proj[n_proj++] = {g, w.shared.gate};
+    proj[n_proj++] = {u, w.shared.up};
+    if (!w.shared_gate.empty()) {
+      sg = ws.take(T, 1);
+      proj[n_proj++] = {sg, w.shared_gate};
+    }
+  }
+  ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
   Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
   Tensor weights = ws.take(T, cfg.top_k);
   ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
   ops.moe_experts(y, x, ids, weights, w.experts);
-  if (!w.shared.gate.empty()) {
+  if (shared) {  // y += down(act(g) * u), times sigmoid(sg) when the layer gates it
     Tensor s = ws.take(T, x.cols);
-    mlp_block(ops, ws, w.shared, x, s);
-    if (!w.shared_gate.empty()) {
-      Tensor sg = ws.take(T, 1);
-      ops.matmul(sg, x, w.shared_gate);
-      ops.mul_sigmoid(s, sg);
+    ops.matmul_gated(s, g, u, w.shared.down, w.shared.act);
+    if (sg.empty()) {
+      ops.add(y, y, s);
+    } else {
+      ops.add_mul_sigmoid(y, s, sg);
     }
-    ops.add(y, y, s);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <vector>
@@ -175,6 +176,54 @@ TEST_F(GpuBench, DeltaRule) {
       std::printf("BENCH gated_delta_rule_%s_T%d %.1f us (%.3f us/token)\n", recurrent ? "recurrent" : "chunked", T,
                   s * 1e6, s * 1e6 / T);
     }
+  }
+}
+
+// The recurrent form at decode, one token for each of n sequences (Qwen3.5-9B / 35B-A3B heads:
+// 32 value heads of 128 x 128), against the bytes it must move: each sequence's 2 MB state read
+// and written once. The batch-64 decode step's DeltaNet phase, isolated for a profiler.
+TEST_F(GpuBench, DeltaRuleDecode) {
+  DeltaNetConfig cfg{.n_k_heads = 16, .n_v_heads = 32, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
+  for (int n : {1, 8, 64}) {
+    StepPlan plan = make_plan(std::vector<std::pair<int, int>>(size_t(n), {100, 1}), 10, rng_);
+    Buffer qkv = up(random(n, cfg.conv_dim())), a = up(random(n, 32)), b = up(random(n, 32));
+    Buffer an = up(random(1, 32)), dt = up(random(1, 32));
+    Buffer ssm = gpu().alloc(DType::kF32, n, 32 * 128 * 128), out = gpu().alloc(DType::kF32, n, 32 * 128);
+    gpu().begin_step(plan);
+    const double s =
+        time([&] { gpu().gated_delta_rule(out, qkv, a, b, an, dt, {.conv = {}, .ssm = ssm}, cfg, plan); }, 20, 2);
+    const double bytes = 2.0 * n * 32 * 128 * 128 * 4;
+    std::printf("BENCH gated_delta_rule_decode_n%d %.1f us (%.1f GB/s of state read and written)\n", n, s * 1e6,
+                bytes / s / 1e9);
+  }
+}
+
+// The routed experts of a Qwen3.5-35B-A3B decode step in isolation (moe_experts: grouping,
+// gate/up, down and the rank-ordered sum; 256 experts of 512 x 2048, top 8), T tokens, against
+// the bytes of the experts the step touches. Zero weights: the kernels' time does not depend on
+// the values, and 1.6 GB of random bf16 would take longer to make than to time.
+TEST_F(GpuBench, MoeExpertsDecode) {
+  const int E = 256, k = 8, H = 2048, F = 512;
+  Buffer gate = gpu().alloc(DType::kBF16, int64_t(E) * F, H), upw = gpu().alloc(DType::kBF16, int64_t(E) * F, H);
+  Buffer down = gpu().alloc(DType::kBF16, int64_t(E) * H, F);
+  ExpertWeights w;
+  for (int e = 0; e < E; ++e) {
+    w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
+    w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
+    w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
+  }
+  for (int T : {1, 8}) {
+    Buffer x = random(T, H), logits = random(T, E, 2.0f);
+    Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
+    cpu_.moe_route(ids, wts, logits, k, true);
+    std::vector<bool> touched(size_t(E), false);
+    for (int i = 0; i < T * k; ++i) touched[size_t(ids.view().as<int32_t>()[i])] = true;
+    const double n_touched = double(std::count(touched.begin(), touched.end(), true));
+    Buffer dx = up(x), dids = up(ids), dwts = up(wts), out = gpu().alloc(DType::kF32, T, H);
+    const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 50, 3);
+    const double bytes = n_touched * 3.0 * F * H * 2;
+    std::printf("BENCH moe_experts_decode_T%d %.1f us (%.0f experts, %.1f GB/s of their weights)\n", T, s * 1e6,
+                n_touched, bytes / s / 1e9);
   }
 }
 

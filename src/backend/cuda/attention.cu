@@ -361,15 +361,15 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
   dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * head_pieces(p.n_heads / p.n_kv_heads)), unsigned(max_splits));
   const bool full = (p.n_heads / p.n_kv_heads) % kHeads == 0;
   launch((full ? attention_kernel<DPL, C, true> : attention_kernel<DPL, C, false>), grid, kWarps * 32, smem, ctx.stream,
-      out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.positions,
-      ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads,
-      p.head_dim, p.scale, p.window, row0, per_row_splits, ctx.step.max_position, part);
+         out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data),
+         ctx.step.positions, ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, p.n_heads,
+         p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, row0, per_row_splits, ctx.step.max_position, part);
   CUDA_CHECK_LAUNCH();
   if (max_splits > 1) {
-    launch(attention_combine_kernel, dim3(unsigned(rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
-                               kCombineDims, 0, ctx.stream,
-        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0, per_row_splits,
-        ctx.step.max_position);
+    launch(attention_combine_kernel,
+           dim3(unsigned(rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))), kCombineDims, 0,
+           ctx.stream, out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0,
+           per_row_splits, ctx.step.max_position);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -589,16 +589,17 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
   }
   const bool step_kv = !k.empty();
   dim3 grid(unsigned(q.rows), unsigned(p.n_heads), unsigned(n_splits));
-  launch(attention_ext_kernel<DPL, C>, grid, kWarps * 32, smem, ctx.stream,
-      out.f32(), q.f32(), static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data),
-      step_kv ? k.f32() : nullptr, step_kv ? v.f32() : nullptr, p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols), ctx.step.positions,
-      ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, p.n_heads,
-      p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, max_position, part);
+  launch(attention_ext_kernel<DPL, C>, grid, kWarps * 32, smem, ctx.stream, out.f32(), q.f32(),
+         static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), step_kv ? k.f32() : nullptr,
+         step_kv ? v.f32() : nullptr, p.select.empty() ? nullptr : p.select.as<const int32_t>(), int(p.select.cols),
+         ctx.step.positions, ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size,
+         cache.ring_rows, p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, p.scale, p.window, max_position, part);
   CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
-    launch(attention_combine_kernel, dim3(unsigned(q.rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))),
-                               kCombineDims, 0, ctx.stream,
-        out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false, max_position);
+    launch(attention_combine_kernel,
+           dim3(unsigned(q.rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))), kCombineDims, 0,
+           ctx.stream, out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false,
+           max_position);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -620,9 +621,9 @@ void check_cache_rows(const KvLayerView& cache, const StepPlan& plan) {
 void launch_kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v) {
   if (k.rows == 0) return;
   dispatch_kv_cache(cache.k, cache.v, "kv_write", [&]<typename C>() {
-    launch(kv_write_kernel<C>, unsigned(k.rows), 128, 0, ctx.stream,
-        static_cast<C*>(cache.k.data), static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions,
-        ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
+    launch(kv_write_kernel<C>, unsigned(k.rows), 128, 0, ctx.stream, static_cast<C*>(cache.k.data),
+           static_cast<C*>(cache.v.data), k.f32(), v.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
+           ctx.step.block_tables, ctx.step.block_size, cache.ring_rows, k.cols);
     CUDA_CHECK_LAUNCH();
   });
 }

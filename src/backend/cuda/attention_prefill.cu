@@ -498,9 +498,9 @@ void run_group(const Context& ctx, const Tensor& out, const Tensor& q, const KvL
                   .keys = keys,
                   .n_kv = n_kv};
   dispatch_kv_cache(cache.k, cache.v, "attention_prefill", [&]<typename C>() {
-    launch(kv_copy_kernel<SPLIT, C>, dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream,
-        kv, static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.seqs + s0,
-        ctx.step.block_tables, ctx.step.block_size, HD);
+    launch(kv_copy_kernel<SPLIT, C>, dim3(unsigned(ceil_div(max_keys, 8)), unsigned(s1 - s0)), 256, 0, ctx.stream, kv,
+           static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.seqs + s0,
+           ctx.step.block_tables, ctx.step.block_size, HD);
     CUDA_CHECK_LAUNCH();
   });
 
@@ -534,9 +534,8 @@ void run_group(const Context& ctx, const Tensor& out, const Tensor& q, const KvL
     dim3 grid(unsigned(ceil_div(max_tokens, kRows / G)), unsigned(s1 - s0), unsigned(n_kv * a.n_slots));
     launch(flash_prefill_kernel<HD, SPLIT>, grid, kWarps * 32, L::bytes, ctx.stream, a);
     CUDA_CHECK_LAUNCH();
-    launch(fold_kernel, dim3(unsigned(row1 - row0), unsigned(p.n_heads)), 64, 0, ctx.stream,
-        out.f32(), state, a.part_o, a.part_ml, T, row0, p.n_heads, HD, a.n_slots, slot0 == 0,
-        slot0 + a.n_slots >= n_slots);
+    launch(fold_kernel, dim3(unsigned(row1 - row0), unsigned(p.n_heads)), 64, 0, ctx.stream, out.f32(), state, a.part_o,
+           a.part_ml, T, row0, p.n_heads, HD, a.n_slots, slot0 == 0, slot0 + a.n_slots >= n_slots);
     CUDA_CHECK_LAUNCH();
   }
 }

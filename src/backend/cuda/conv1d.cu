@@ -133,17 +133,17 @@ void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const Sta
   for (const SeqStep& s : plan.seqs) short_rows = short_rows && s.n_tokens <= kFusedMaxRows;
   if (short_rows) {
     launch(conv1d_silu_fused_kernel, dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
-                               ctx.stream, x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, C, kernel);
+           ctx.stream, x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, C, kernel);
     CUDA_CHECK_LAUNCH();
     return;
   }
   auto* y = static_cast<float*>(ctx.scratch->get(kSlotConvOut, size_t(T * C) * 4));
-  launch(conv1d_silu_kernel, unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream,
-      y, x.f32(), w.f32(), state.conv.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel);
+  launch(conv1d_silu_kernel, unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream, y, x.f32(), w.f32(),
+         state.conv.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel);
   CUDA_CHECK_LAUNCH();
   if (keep > 0) {
     launch(conv1d_state_kernel, dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
-                          ctx.stream, state.conv.f32(), x.f32(), ctx.step.seqs, C, kernel);
+           ctx.stream, state.conv.f32(), x.f32(), ctx.step.seqs, C, kernel);
     CUDA_CHECK_LAUNCH();
   }
   CUDA_CHECK(cudaMemcpyAsync(x.data, y, size_t(T * C) * 4, cudaMemcpyDeviceToDevice, ctx.stream));

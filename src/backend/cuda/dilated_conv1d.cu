@@ -70,12 +70,12 @@ void dilated_conv1d_silu(const Context& ctx, const Tensor& out, const Tensor& x,
   KCHECK(T == plan.n_rows());
   for (const SeqStep& s : plan.seqs) KCHECK(s.state_slot >= 0 && s.state_slot < state.rows);
   if (plan.seqs.empty() || C == 0 || T == 0) return;
-  launch(dilated_conv1d_silu_kernel, unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream,
-      out.f32(), x.f32(), w.f32(), state.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel, dilation);
+  launch(dilated_conv1d_silu_kernel, unsigned(ceil_div(T * C, kThreads)), kThreads, 0, ctx.stream, out.f32(), x.f32(),
+         w.f32(), state.f32(), ctx.step.seqs, ctx.step.row_seq, T, C, kernel, dilation);
   CUDA_CHECK_LAUNCH();
   if (keep > 0) {
     launch(dilated_conv1d_state_kernel, dim3(unsigned(ceil_div(C, kThreads)), unsigned(plan.seqs.size())), kThreads, 0,
-                                  ctx.stream, state.f32(), x.f32(), ctx.step.seqs, C, keep);
+           ctx.stream, state.f32(), x.f32(), ctx.step.seqs, C, keep);
     CUDA_CHECK_LAUNCH();
   }
 }

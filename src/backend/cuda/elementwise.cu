@@ -248,8 +248,8 @@ void argmax(const Context& ctx, const Tensor& ids, const Tensor& x) {
   if (x.rows == 0) return;
   const int ranges = int(ceil_div(x.cols, kArgmaxRange));
   auto* bests = static_cast<Best*>(ctx.scratch->get(kSlotArgmax, size_t(x.rows) * size_t(ranges) * sizeof(Best)));
-  launch(argmax_range_kernel, dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream,
-      bests, x.f32(), x.cols, kArgmaxRange);
+  launch(argmax_range_kernel, dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream, bests, x.f32(),
+         x.cols, kArgmaxRange);
   CUDA_CHECK_LAUNCH();
   launch(argmax_pick_kernel, unsigned(x.rows), 32, 0, ctx.stream, static_cast<int32_t*>(ids.data), bests, ranges);
   CUDA_CHECK_LAUNCH();
@@ -275,8 +275,8 @@ void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const s
   const int32_t* d_rows =
       device_rows ? device_rows
                   : static_cast<const int32_t*>(ctx.upload_scratch(kSlotGatherRows, rows.data(), rows.size() * 4));
-  launch(gather_rows_kernel, unsigned(rows.size()), 128, 0, ctx.stream,
-      static_cast<uint32_t*>(out.data), static_cast<const uint32_t*>(x.data), d_rows, int64_t(row_bytes / 4));
+  launch(gather_rows_kernel, unsigned(rows.size()), 128, 0, ctx.stream, static_cast<uint32_t*>(out.data),
+         static_cast<const uint32_t*>(x.data), d_rows, int64_t(row_bytes / 4));
   CUDA_CHECK_LAUNCH();
 }
 

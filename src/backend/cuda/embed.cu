@@ -103,7 +103,7 @@ void embed_rows(const Context& ctx, const Tensor& out, const std::vector<Tensor>
       static_cast<const RowSource*>(ctx.upload_scratch(kSlotEmbedRows, src.data(), src.size() * sizeof(RowSource)));
   const int64_t n = out.numel();
   launch(embed_rows_kernel, unsigned(std::min<int64_t>(ceil_div(n, 256), 65535)), 256, 0, ctx.stream, out.f32(), d_src,
-                                                                                                  out.rows, out.cols);
+         out.rows, out.cols);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -116,15 +116,15 @@ void embed(const Context& ctx, const Tensor& out, const Tensor& table, const Ste
   // Token ids were validated on the host already (the plan is host data): check here too.
   for (int32_t id : plan.tokens) KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
   if (dtype_is_quantized(table.dtype)) {
-    launch(embed_quant_kernel, unsigned(out.rows), 128, 0, ctx.stream, out.f32(), static_cast<const uint8_t*>(table.data),
-                                                                   table.dtype, table.row_bytes(), ctx.step.tokens,
-                                                                   out.cols, table.rows, scale);
+    launch(embed_quant_kernel, unsigned(out.rows), 128, 0, ctx.stream, out.f32(),
+           static_cast<const uint8_t*>(table.data), table.dtype, table.row_bytes(), ctx.step.tokens, out.cols,
+           table.rows, scale);
     CUDA_CHECK_LAUNCH();
     return;
   }
   dispatch_weight(table.dtype, "embed", [&]<typename W>() {
     launch(embed_kernel<W>, unsigned(out.rows), 256, 0, ctx.stream, out.f32(), table.as<const W>(), ctx.step.tokens,
-                                                                 out.cols, table.rows, scale);
+           out.cols, table.rows, scale);
     CUDA_CHECK_LAUNCH();
   });
 }

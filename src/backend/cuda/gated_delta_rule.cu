@@ -168,8 +168,7 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
   dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
   auto recurrent = [&](Part part) {
     launch(gdr_kernel, grid, threads, smem, ctx.stream, out.f32(), qkv.f32(), a.f32(), b.f32(), a_neg.f32(),
-                                                    dt_bias.f32(), state.ssm.f32(), ctx.step.seqs, part, nk, nv,
-                                                    cfg.key_head_div(), dk, dv);
+           dt_bias.f32(), state.ssm.f32(), ctx.step.seqs, part, nk, nv, cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
   };
   std::vector<GdrChunkRun> runs;

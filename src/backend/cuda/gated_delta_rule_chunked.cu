@@ -372,12 +372,11 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));
   CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));
   for (const Group& g : groups) {
-    launch(gdr_prep_kernel, dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream,
-        sc, qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, cfg.key_head_div(), dk, dv);
+    launch(gdr_prep_kernel, dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream, sc, qkv.f32(),
+           a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
     launch(gdr_scan_kernel, dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))), kThreads, scan_smem,
-                      ctx.stream, out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at),
-                                    nv, dk, dv);
+           ctx.stream, out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at), nv, dk, dv);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -368,8 +368,8 @@ __global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float
 
 template <typename W, int R, typename XS>
 void launch_gemv_rows(cudaStream_t stream, float* out, const XS x, const W* w, int64_t K, int64_t N) {
-  launch(gemv_rows_kernel<W, R, XS>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, out,
-         x, w, K, N);
+  launch(gemv_rows_kernel<W, R, XS>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, out, x,
+         w, K, N);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -433,8 +433,8 @@ constexpr int64_t kStackedTermsMaxRows = 256;
 void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __nv_bfloat16* w, int64_t T, int64_t K,
                         int64_t N, int n_terms) {
   auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(n_terms)));
-  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream,
-      terms, x, T * K, n_terms);
+  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream, terms, x,
+         T * K, n_terms);
   CUDA_CHECK_LAUNCH();
   const float one = 1.0f, zero = 0.0f;
   if (n_terms > 1 && T <= kStackedTermsMaxRows) {
@@ -443,8 +443,8 @@ void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(cols), int(K), &one, w, CUDA_R_16BF,
                               int(K), terms, CUDA_R_16BF, int(K), &zero, partial, CUDA_R_32F, int(N),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    launch(sum_terms_kernel, unsigned(std::min<int64_t>(ceil_div(T * N, 256), 65535 * 4)), 256, 0, ctx.stream,
-        out, partial, T * N, n_terms);
+    launch(sum_terms_kernel, unsigned(std::min<int64_t>(ceil_div(T * N, 256), 65535 * 4)), 256, 0, ctx.stream, out,
+           partial, T * N, n_terms);
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -537,8 +537,8 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   const int x_terms = std::min(n_terms, 2);
   const bool split_w = n_terms == 3;
   auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(x_terms)));
-  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream,
-      terms, x.f32(), T * K, x_terms);
+  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(T * K, 256), 65535 * 4)), 256, 0, ctx.stream, terms,
+         x.f32(), T * K, x_terms);
   CUDA_CHECK_LAUNCH();
   const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
   const size_t tile_elems = size_t(tile_rows * K);
@@ -548,8 +548,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   for (int64_t n0 = 0; n0 < N; n0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, N - n0);
     launch(dequantize_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
-                             ctx.stream, hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0,
-                                           rows, K);
+           ctx.stream, hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0, rows, K);
     CUDA_CHECK_LAUNCH();
     // (weight part, activation term) of each GEMM, in the order they accumulate
     const std::pair<const __nv_bfloat16*, int> products[3] = {{hi, 0}, {hi, 1}, {lo, 0}};

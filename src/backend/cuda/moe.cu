@@ -360,7 +360,7 @@ void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, con
   KCHECK_MSG(top_k >= 1 && top_k <= E && top_k <= kMaxTopK && E <= 4096, "moe_route: top ", top_k, " of ", E, " experts");
   if (T == 0) return;
   launch(moe_route_kernel, unsigned(T), 32, size_t(E) * sizeof(double), ctx.stream, ids.as<int32_t>(), weights.f32(),
-                                                                                 logits.f32(), int(E), top_k, norm_topk);
+         logits.f32(), int(E), top_k, norm_topk);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -432,22 +432,22 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), expert_rows);
       if (gelu) {
-        launch(moe_gate_up_grouped_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream,
-            hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
+        launch(moe_gate_up_grouped_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+               order, offsets, active, n_active, table, table + E, k, H, F);
       } else {
-        launch(moe_gate_up_grouped_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream,
-            hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
+        launch(moe_gate_up_grouped_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(), order,
+               offsets, active, n_active, table, table + E, k, H, F);
       }
       CUDA_CHECK_LAUNCH();
     });
     dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
       const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), expert_rows);
       if (expert_scale) {
-        launch(moe_down_grouped_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream,
-            ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E, expert_scale, H, F);
+        launch(moe_down_grouped_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets,
+               active, n_active, weights.f32(), table + 2 * E, expert_scale, H, F);
       } else {
-        launch(moe_down_grouped_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream,
-            ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E, nullptr, H, F);
+        launch(moe_down_grouped_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets,
+               active, n_active, weights.f32(), table + 2 * E, nullptr, H, F);
       }
       CUDA_CHECK_LAUNCH();
     });
@@ -458,28 +458,28 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     dispatch_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps)), unsigned(P));
       if (gelu) {
-        launch(moe_gate_up_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream,
-            hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+        launch(moe_gate_up_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+               ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
       } else {
-        launch(moe_gate_up_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream,
-            hbuf, x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
+        launch(moe_gate_up_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+               ids.as<const int32_t>(), table, table + E, k, H, F, vec_h);
       }
       CUDA_CHECK_LAUNCH();
     });
     dispatch_weight(wt_down, "moe_experts", [&]<typename W>() {
       const dim3 down_grid(unsigned(ceil_div(H, kWarps)), unsigned(P));
       if (expert_scale) {
-        launch(moe_down_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream,
-            ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, expert_scale, H, F, vec_f);
+        launch(moe_down_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, ids.as<const int32_t>(),
+               weights.f32(), table + 2 * E, expert_scale, H, F, vec_f);
       } else {
-        launch(moe_down_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream,
-            ybuf, hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, nullptr, H, F, vec_f);
+        launch(moe_down_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, ids.as<const int32_t>(),
+               weights.f32(), table + 2 * E, nullptr, H, F, vec_f);
       }
       CUDA_CHECK_LAUNCH();
     });
   }
-  launch(moe_sum_kernel, unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream, out.f32(), ybuf, k,
-                                                                                                   T, H);
+  launch(moe_sum_kernel, unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream, out.f32(), ybuf,
+         k, T, H);
   CUDA_CHECK_LAUNCH();
 }
 

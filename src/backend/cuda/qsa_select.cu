@@ -208,8 +208,7 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
   KCHECK_MSG(ceil_div(max_blocks, kWarps) <= 65535, "qsa_select: ", max_blocks, " blocks of keys (the CUDA kernel takes ",
              int64_t(65535) * kWarps, ")");
   launch(qsa_key_write_kernel, unsigned(k.rows), 128, 0, ctx.stream, cache.index_k.f32(), k.f32(), ctx.step.positions,
-                                                                 ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables,
-                                                                 ctx.step.block_size, d);
+         ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, d);
   CUDA_CHECK_LAUNCH();
   auto* scores = static_cast<double*>(ctx.scratch->get(kSlotQsaScores, size_t(q.rows * std::max<int64_t>(max_blocks, 1)) * 8));
   if (max_blocks > 0) {
@@ -217,13 +216,12 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
     const int freq_dim = p.rope.freq_dim > 0 ? p.rope.freq_dim : std::max(rot, 1);
     for (int i = 0; i < half; ++i) rope.inv_freq[i] = rope_inv_freq(p.rope.theta, i, freq_dim);
     launch(qsa_score_kernel, dim3(unsigned(q.rows), unsigned(ceil_div(max_blocks, kWarps))), kWarps * 32, 0, ctx.stream,
-        scores, q.f32(), cache.index_k.f32(), k_norm.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
-        ctx.step.block_tables, ctx.step.block_size, p.n_heads, d, ratio, p.eps, rope, max_blocks);
+           scores, q.f32(), cache.index_k.f32(), k_norm.f32(), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
+           ctx.step.block_tables, ctx.step.block_size, p.n_heads, d, ratio, p.eps, rope, max_blocks);
     CUDA_CHECK_LAUNCH();
   }
-  launch(qsa_pick_kernel, unsigned(q.rows), kPickThreads, 0, ctx.stream, select.as<int32_t>(), scores, ctx.step.positions,
-                                                                     std::max<int64_t>(max_blocks, 1),
-                                                                     p.budget / ratio, ratio, int(select.cols));
+  launch(qsa_pick_kernel, unsigned(q.rows), kPickThreads, 0, ctx.stream, select.as<int32_t>(), scores,
+         ctx.step.positions, std::max<int64_t>(max_blocks, 1), p.budget / ratio, ratio, int(select.cols));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -249,8 +249,8 @@ void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, cons
   const int64_t groups = x.numel() / group;
   if (groups == 0) return;
   const int threads = group >= 1024 ? 512 : group >= 256 ? 256 : group >= 128 ? 128 : 32;
-  launch(col_group_rms_norm_kernel, unsigned(groups), threads, 0, ctx.stream,
-      out.f32(), x.f32(), w.empty() ? nullptr : w.f32(), group, x.cols / group, eps);
+  launch(col_group_rms_norm_kernel, unsigned(groups), threads, 0, ctx.stream, out.f32(), x.f32(),
+         w.empty() ? nullptr : w.f32(), group, x.cols / group, eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -54,7 +54,7 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& c
   for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
   const int threads = std::min(256, std::max(32, (n_heads * half + 31) / 32 * 32));
   launch(rope_kernel, unsigned(x.rows), threads, 0, ctx.stream, x.f32(), ctx.step.positions, n_heads, head_dim, half,
-                                                             span, freqs);
+         span, freqs);
   CUDA_CHECK_LAUNCH();
 }
 

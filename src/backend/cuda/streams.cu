@@ -97,7 +97,7 @@ void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const T
              "streams_mix: out [", out.rows, ", ", H, "] w [", w.rows, ", ", w.cols, "] x [", x.rows, ", ", x.cols, "]");
   if (out.numel() == 0) return;
   launch(streams_mix_kernel, grid_for(out.numel()), kThreads, 0, ctx.stream, out.f32(), w.f32(), x.f32(), x.rows, H,
-                                                                         x.cols / H);
+         x.cols / H);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -110,7 +110,7 @@ void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const 
              "] y [", y.rows, ", ", H, "] w [", w.rows, ", ", n, "]");
   if (x.numel() == 0) return;
   launch(streams_inject_kernel, grid_for(x.numel()), kThreads, 0, ctx.stream, x.f32(), y.f32(), w.f32(), y.rows, H, n,
-                                                                          accumulate);
+         accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -124,7 +124,7 @@ void stream_gate(const Context& ctx, const Tensor& g, const Tensor& a, const Ten
   const int64_t items = g.numel();
   if (items == 0) return;
   launch(stream_gate_kernel, unsigned(ceil_div(items, kWarps)), kWarps * 32, 0, ctx.stream, g.f32(), a.f32(), b.f32(),
-                                                                                        a.rows, a.cols / n, n);
+         a.rows, a.cols / n, n);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -29,15 +29,6 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
   pdl_launch_dependents();
 }
-// A hint that [p, p + bytes) will be read soon: one L2 prefetch per 128-byte line, the lines
-// spread over the `n_threads` threads that call it with their own `tid`. Safe before pdl_wait()
-// (L2 is coherent; a prefetch returns nothing to the thread).
-__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int tid, int n_threads) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t off = int64_t(tid) * 128; off < bytes; off += int64_t(n_threads) * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-}
-
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
 // pdl_enabled(). Launch-configuration errors throw here, naming the launch.
 template <typename... P, typename... A>

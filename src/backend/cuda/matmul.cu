@@ -199,6 +199,8 @@ struct MultiTargets {
   float* out[kMultiMax];
   int64_t n[kMultiMax];
   int64_t block_end[kMultiMax];
+  int64_t block_cols[kMultiMax];  // output columns (weight rows) one block takes
+  int64_t row_bytes[kMultiMax];   // bytes of one weight row (the prefetch before pdl_begin)
   DType dtype[kMultiMax];  // block formats: each matrix its own (gemv_multi_quant_kernel)
   int count;
 };
@@ -209,7 +211,7 @@ __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, i
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   const void* w = t.w[m];
-  prefetch_rows(w, K * int64_t(sizeof(W)), block * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, t.n[m]);
+  prefetch_rows(w, t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
   pdl_begin();
   if constexpr (R == 1) {
     gemv1_block<W>(t.out[m], PlainX{x}, w, K, t.n[m], block);
@@ -238,24 +240,11 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
-__host__ __device__ inline bool is_unit_format(DType dt) {
-  return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0;
-}
-// Bytes of one row of K elements of a block format.
-__device__ inline int64_t quant_row_bytes(DType dt, int64_t K) {
-  switch (dt) {
-    case DType::kQ8_0: return K / QQ8_0::kBlockElems * QQ8_0::kBlockBytes;
-    case DType::kQ5_0: return K / QQ5_0::kBlockElems * QQ5_0::kBlockBytes;
-    case DType::kQ5_1: return K / QQ5_1::kBlockElems * QQ5_1::kBlockBytes;
-    case DType::kQ4_K: return K / QQ4_K::kBlockElems * QQ4_K::kBlockBytes;
-    case DType::kQ5_K: return K / QQ5_K::kBlockElems * QQ5_K::kBlockBytes;
-    case DType::kQ6_K: return K / QQ6_K::kBlockElems * QQ6_K::kBlockBytes;
-    default: return K / QMXFP4::kBlockElems * QMXFP4::kBlockBytes;
-  }
-}
-inline int64_t gemv_quant_blocks(DType dt, int64_t N, int64_t R, int64_t K) {
-  if (dt == DType::kQ4_K) return ceil_div(N, kGemvWarps * q4k_gemv::warp_columns(K));
-  return ceil_div(N, kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols));
+inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
+// Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
+inline int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
+  if (dt == DType::kQ4_K) return kGemvWarps * q4k_gemv::warp_columns(K);
+  return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
 // The largest dynamic shared memory a launch asks for (Q4_K's staged rows: 71 KB for one row,
 // up to 142 KB for 8); the kernels are opted in to it once.
@@ -277,12 +266,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
   __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
   extern __shared__ __align__(16) float q4k_smem[];  // q4k_gemv::smem_bytes(K, R) when a matrix is Q4_K
   const DType dt = t.dtype[m];
-  {
-    const int64_t cols = kGemvWarps * (dt == DType::kQ4_K  ? q4k_gemv::warp_columns(K)
-                                       : is_unit_format(dt) ? kUnitCols<R>
-                                                            : kGemv1Cols);
-    prefetch_rows(t.w[m], quant_row_bytes(dt, K), block * cols, cols, t.n[m]);
-  }
+  prefetch_rows(t.w[m], t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
   pdl_begin();
   if (dt == DType::kQ4_K) gemv_q4k_block<R, kGemvWarps>(t.out[m], x, t.w[m], K, t.n[m], block, q4k_smem);
   else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
@@ -518,10 +502,12 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
     mt.w[0] = w.data;
     mt.n[0] = N;
     mt.dtype[0] = w.dtype;
+    mt.row_bytes[0] = int64_t(w.row_bytes());
     for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
       const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
       mt.out[0] = out.f32() + r0 * N;
-      mt.block_end[0] = gemv_quant_blocks(w.dtype, N, rows, K);
+      mt.block_cols[0] = gemv_quant_block_cols(w.dtype, rows, K);
+      mt.block_end[0] = ceil_div(N, mt.block_cols[0]);
       launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
     }
     return;
@@ -659,7 +645,9 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     mt.out[m] = targets[size_t(m)].out.f32();
     mt.n[m] = targets[size_t(m)].w.rows;
     mt.dtype[m] = targets[size_t(m)].w.dtype;
-    blocks += quant ? gemv_quant_blocks(mt.dtype[m], mt.n[m], T, K) : ceil_div(mt.n[m], kGemvWarps * kGemv1Cols);
+    mt.row_bytes[m] = int64_t(targets[size_t(m)].w.row_bytes());
+    mt.block_cols[m] = quant ? gemv_quant_block_cols(mt.dtype[m], T, K) : kGemvWarps * kGemv1Cols;
+    blocks += ceil_div(mt.n[m], mt.block_cols[m]);
     mt.block_end[m] = blocks;
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");

@@ -134,6 +134,15 @@ __global__ void gather_rows_kernel(uint32_t* out, const uint32_t* x, const int32
   for (int64_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
 }
 
+// The sigmoid gate of x for `op`: true for one gate a row ([T, 1]), false for one an element;
+// any other shape is refused.
+bool sigmoid_gate_per_row(const char* op, const Tensor& x, const Tensor& gate) {
+  const bool per_row = gate.cols == 1 && x.cols != 1;
+  if (per_row) KCHECK_MSG(gate.rows == x.rows, op, ": [T, 1] gate has ", gate.rows, " rows, x ", x.rows);
+  else KCHECK_MSG(x.numel() == gate.numel(), op, ": gate ", gate.numel(), " values for x ", x.numel());
+  return per_row;
+}
+
 }  // namespace
 
 void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -151,9 +160,7 @@ void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b
 void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate) {
   check_f32(x, "mul_sigmoid x");
   check_f32(gate, "mul_sigmoid gate");
-  const bool per_row = gate.cols == 1 && x.cols != 1;
-  if (per_row) KCHECK_MSG(gate.rows == x.rows, "mul_sigmoid: [T, 1] gate has ", gate.rows, " rows, x ", x.rows);
-  else KCHECK_MSG(x.numel() == gate.numel(), "mul_sigmoid: gate ", gate.numel(), " values for x ", x.numel());
+  const bool per_row = sigmoid_gate_per_row("mul_sigmoid", x, gate);
   const int64_t n = x.numel();
   if (!n) return;
   launch(mul_sigmoid_kernel, grid_for(n), kThreads, 0, ctx.stream, x.f32(), gate.f32(), n, x.cols, per_row);
@@ -165,9 +172,7 @@ void add_mul_sigmoid(const Context& ctx, const Tensor& out, const Tensor& x, con
   check_f32(x, "add_mul_sigmoid x");
   check_f32(gate, "add_mul_sigmoid gate");
   KCHECK_MSG(out.numel() == x.numel(), "add_mul_sigmoid: out ", out.numel(), " values, x ", x.numel());
-  const bool per_row = gate.cols == 1 && x.cols != 1;
-  if (per_row) KCHECK_MSG(gate.rows == x.rows, "add_mul_sigmoid: [T, 1] gate has ", gate.rows, " rows, x ", x.rows);
-  else KCHECK_MSG(x.numel() == gate.numel(), "add_mul_sigmoid: gate ", gate.numel(), " values for x ", x.numel());
+  const bool per_row = sigmoid_gate_per_row("add_mul_sigmoid", x, gate);
   const int64_t n = x.numel();
   if (!n) return;
   launch(add_mul_sigmoid_kernel, grid_for(n), kThreads, 0, ctx.stream, out.f32(), x.f32(), gate.f32(), n, x.cols,

@@ -309,6 +309,19 @@ class Ops {
   // act = experts.act, w[t, j] = weights[t, j] (times experts.expert_scale[e] when given).
   virtual void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertWeights& experts) = 0;
+  // moe_experts, then a shared expert's output [T, H] joins the sum: out += shared *
+  // sigmoid(shared_gate) (gate [T, 1] or [T, H], as in mul_sigmoid), or out += shared when
+  // shared_gate is empty. shared may be overwritten. Bit-identical to moe_experts followed by
+  // add_mul_sigmoid / add, which is what this default does; CUDA adds it in the routed sum's pass.
+  virtual void moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                  const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) {
+    moe_experts(out, x, ids, weights, experts);
+    if (shared_gate.empty()) {
+      add(out, out, shared);
+    } else {
+      add_mul_sigmoid(out, shared, shared_gate);
+    }
+  }
  protected:
   Phase phase_ = Phase::kOther;
   bool kv_bf16_ = false;

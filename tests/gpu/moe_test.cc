@@ -96,6 +96,47 @@ TEST_F(GpuTest, MoeExpertsBatchedEqualAlone) {
   }
 }
 
+// moe_experts_shared adds a shared expert's output in the routed sum's pass: bit-identical to
+// moe_experts then add_mul_sigmoid (a [T, 1] or [T, H] gate) or add (no gate), which the model ran
+// before, and within 1e-5 of the CPU's default (the same two ops).
+TEST_F(GpuTest, MoeExpertsSharedEqualsExpertsThenAdd) {
+  const int E = 16, k = 4, H = 1032, F = 256;
+  ExpertWeights hw, dw;
+  std::vector<Buffer> keep;
+  for (int e = 0; e < E; ++e) {
+    for (auto [host_list, dev_list] : {std::pair{&hw.gate, &dw.gate}, std::pair{&hw.up, &dw.up}}) {
+      keep.push_back(random(DType::kBF16, F, H, 0.1f));
+      host_list->push_back(keep.back());
+      keep.push_back(up(keep.back()));
+      dev_list->push_back(keep.back());
+    }
+    keep.push_back(random(DType::kBF16, H, F, 0.1f));
+    hw.down.push_back(keep.back());
+    keep.push_back(up(keep.back()));
+    dw.down.push_back(keep.back());
+  }
+  for (int T : {1, 3, 20}) {
+    for (int gate_cols : {0, 1, H}) {
+      Buffer x = random(T, H), logits = random(T, E), s = random(T, H, 2.0f);
+      Buffer g = random(T, gate_cols ? gate_cols : 1, 3.0f);
+      Buffer ids = cpu_.alloc(DType::kI32, T, k), w = cpu_.alloc(DType::kF32, T, k);
+      cpu_.moe_route(ids, w, logits, k, true);
+      Buffer dx = up(x), dids = up(ids), dwts = up(w), ds = up(s), dg = up(g), ds2 = up(s);
+      const Tensor gate = gate_cols ? dg.view() : Tensor{};
+      Buffer fused = gpu().alloc(DType::kF32, T, H), two = gpu().alloc(DType::kF32, T, H);
+      gpu().moe_experts_shared(fused, dx, dids, dwts, dw, ds, gate);
+      gpu().moe_experts(two, dx, dids, dwts, dw);
+      if (gate_cols) gpu().add_mul_sigmoid(two, ds2, gate);
+      else gpu().add(two, two, ds2);
+      const std::vector<float> got = down(fused);
+      ASSERT_EQ(got, down(two)) << "T " << T << " gate cols " << gate_cols;
+      Buffer ref = cpu_.alloc(DType::kF32, T, H);
+      cpu_.moe_experts_shared(ref, x, ids, w, hw, s, gate_cols ? g.view() : Tensor{});
+      EXPECT_LE(rel_err(got, host(ref)), 1e-5) << "T " << T << " gate cols " << gate_cols;
+    }
+  }
+}
+
 // Gemma 4's experts: GeGLU, routing weights times a per-expert scale, the experts' matrices row
 // ranges of fused [E, 2F, H] gate_up and [E, H, F] down tensors (as the loader splits them).
 struct GemmaExperts {

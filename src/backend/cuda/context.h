@@ -170,7 +170,9 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
                       const DeltaNetConfig& cfg, const StepPlan& plan);
 void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                bool norm_topk);
+// With shared (and shared_gate, empty or [T, 1] or [T, H]): out += shared * sigmoid(shared_gate),
+// or + shared, in the routed sum's pass (Ops::moe_experts_shared).
 void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts);
+                 const ExpertWeights& experts, const Tensor* shared = nullptr, const Tensor* shared_gate = nullptr);
 
 }  // namespace kestrel::cuda

@@ -487,5 +487,9 @@ void CudaOps::moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids,
                           const ExpertWeights& experts) {
   cuda::moe_experts(ctx(), out, x, ids, weights, experts);
 }
+void CudaOps::moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                 const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) {
+  cuda::moe_experts(ctx(), out, x, ids, weights, experts, &shared, &shared_gate);
+}
 
 }  // namespace kestrel

@@ -95,6 +95,8 @@ class CudaOps final : public Ops, public StepGraphs {
                         const StepPlan& plan) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) override;
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) override;
+  void moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override;
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override;
 

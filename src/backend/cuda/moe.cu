@@ -335,13 +335,20 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
   }
 }
 
-// out[t, c] = sum over j in order of ybuf[t * k + j, c].
-__global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict__ ybuf, int k, int64_t T, int64_t H) {
+// out[t, c] = sum over j in order of ybuf[t * k + j, c], then, with a shared expert's output,
+// + shared[t, c] * sigmoid(gate) (gate_cols 1: one a row; H: one an element; 0: no gate), the
+// product rounded before the sum as mul_sigmoid then add compute it.
+__global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict__ ybuf, int k, int64_t T, int64_t H,
+                               const float* __restrict__ shared, const float* __restrict__ gate, int64_t gate_cols) {
   pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * H; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / H, c = i % H;
     float s = 0.0f;
     for (int j = 0; j < k; ++j) s += ybuf[(t * k + j) * H + c];
+    if (shared) {
+      const float a = gate_cols ? __fmul_rn(shared[i], sigmoidf(gate[gate_cols == 1 ? t : i])) : shared[i];
+      s = __fadd_rn(s, a);
+    }
     out[i] = s;
   }
 }
@@ -365,7 +372,7 @@ void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, con
 }
 
 void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts) {
+                 const ExpertWeights& experts, const Tensor* shared, const Tensor* shared_gate) {
   check_f32(out, "moe_experts out");
   check_f32(x, "moe_experts x");
   check_f32(weights, "moe_experts weights");
@@ -407,6 +414,17 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   for (size_t e = 0; e < E; ++e) {
     KCHECK(experts.gate[e].rows == F && experts.gate[e].cols == H && experts.up[e].rows == F &&
            experts.up[e].cols == H && experts.down[e].rows == H && experts.down[e].cols == F);
+  }
+  const Tensor* gate = shared_gate && !shared_gate->empty() ? shared_gate : nullptr;
+  if (shared) {
+    check_f32(*shared, "moe_experts shared");
+    KCHECK_MSG(shared->rows == T && shared->cols == H, "moe_experts: shared expert output [", shared->rows, ",",
+               shared->cols, "] for [", T, ",", H, "]");
+    if (gate) {
+      check_f32(*gate, "moe_experts shared gate");
+      KCHECK_MSG(gate->rows == T && (gate->cols == 1 || gate->cols == H), "moe_experts: shared gate [", gate->rows,
+                 ",", gate->cols, "] for [", T, ",", H, "]");
+    }
   }
   if (T == 0) return;
   const void* const* table = ctx.tables->get(ptrs, ctx.stream);  // [gate E | up E | down E]
@@ -479,7 +497,7 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     });
   }
   launch(moe_sum_kernel, unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream, out.f32(), ybuf,
-         k, T, H);
+         k, T, H, shared ? shared->f32() : nullptr, gate ? gate->f32() : nullptr, gate ? gate->cols : int64_t(0));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -102,18 +102,18 @@ void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cf
     }
   }
   ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
+  Tensor s;
+  if (shared) {  // the shared expert's down(act(g) * u), joined to the routed sum below
+    s = ws.take(T, x.cols);
+    ops.matmul_gated(s, g, u, w.shared.down, w.shared.act);
+  }
   Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
   Tensor weights = ws.take(T, cfg.top_k);
   ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
-  ops.moe_experts(y, x, ids, weights, w.experts);
-  if (shared) {  // y += down(act(g) * u), times sigmoid(sg) when the layer gates it
-    Tensor s = ws.take(T, x.cols);
-    ops.matmul_gated(s, g, u, w.shared.down, w.shared.act);
-    if (sg.empty()) {
-      ops.add(y, y, s);
-    } else {
-      ops.add_mul_sigmoid(y, s, sg);
-    }
+  if (shared) {  // y = routed sum + s, times sigmoid(sg) when the layer gates it
+    ops.moe_experts_shared(y, x, ids, weights, w.experts, s, sg);
+  } else {
+    ops.moe_experts(y, x, ids, weights, w.experts);
   }
 }
 

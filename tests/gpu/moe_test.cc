@@ -2,6 +2,8 @@
 // Tolerances: routing picks the same experts (exactly) with weights from the same double
 // softmax (1e-6); the experts are F32 dot products of the stored weights in a different order
 // than the CPU's grouped matmuls (1e-5).
+#include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include "gpu_test_util.h"
@@ -28,6 +30,27 @@ TEST_F(GpuTest, MoeRoute) {
         EXPECT_LE(rel_err(down(dw), host(w)), 1e-6) << "E " << E << " k " << k << " norm " << norm;
       }
     }
+  }
+}
+
+// Logits with NaNs (a diverged router) still route every slot to a distinct expert in range,
+// so the expert kernels never index past the table.
+TEST_F(GpuTest, MoeRouteNanLogitsStayInRange) {
+  const int T = 3, E = 64, k = 8;
+  Buffer logits = random(T, E, 2.0f);
+  float* l = logits.view().f32();
+  for (int e = 0; e < E; e += 3) l[e] = std::numeric_limits<float>::quiet_NaN();  // row 0: some NaN
+  for (int e = 0; e < E; ++e) l[E + e] = std::numeric_limits<float>::quiet_NaN();  // row 1: all NaN
+  l[2 * E + 7] = std::numeric_limits<float>::infinity();                           // row 2: +inf
+  Buffer dl = up(logits), dids = gpu().alloc(DType::kI32, T, k), dw = gpu().alloc(DType::kF32, T, k);
+  gpu().moe_route(dids, dw, dl, k, true);
+  std::vector<int32_t> ids(size_t(T * k));
+  gpu().to_host(dids, ids.data());
+  for (int t = 0; t < T; ++t) {
+    std::vector<int32_t> row(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+    for (int32_t e : row) EXPECT_TRUE(e >= 0 && e < E) << "row " << t << " expert " << e;
+    std::sort(row.begin(), row.end());
+    EXPECT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << "row " << t << ": an expert twice";
   }
 }
 

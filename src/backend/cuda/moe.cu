@@ -11,9 +11,11 @@
 // decode batches, share experts). The grid covers min(E, pairs) experts, not all E: a decode step
 // of 8 pairs launches 8 expert rows of blocks, and those past the device-side count of touched
 // experts exit. A pair's sums run in the same order whatever shares its pass, so results do not
-// depend on the batch. Unaligned shapes take the per-pair kernels (one warp per output of one
-// pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped kernels, for every T, with each
-// 8 weights decoded in registers (quant_blocks.cuh).
+// depend on the batch. Decode steps of up to kPairMaxRows tokens skip the grouping: per-pair
+// kernels, the down one also summing each token's pairs and adding the shared expert
+// (moe_experts_shared), with the same bits. Unaligned shapes take the scalar per-pair kernels
+// (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped or
+// per-pair kernels like BF16 ones, each 8 weights decoded in registers (quant_blocks.cuh).
 #include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
@@ -21,52 +23,62 @@ namespace {
 
 constexpr int kMaxTopK = 64;
 
-// grid: T blocks of 32 threads; dynamic smem: E doubles.
-__global__ void moe_route_kernel(int32_t* __restrict__ ids,       // [T, k]
-                                 float* __restrict__ weights,     // [T, k]
-                                 const float* __restrict__ logits,  // [T, E]
-                                 int E, int k, bool norm_topk) {
+// grid: T blocks of kRouteThreads; dynamic smem: E doubles. The softmax in double, then each
+// expert's rank in the order (probability descending, index ascending) counted against all E
+// (a NaN probability ranks last): the k experts of rank < k land in their slots directly, with
+// no k rounds of a warp-wide argmax (which were most of the kernel's time at E = 256).
+constexpr int kRouteThreads = 256;
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(int32_t* __restrict__ ids,       // [T, k]
+                                                                  float* __restrict__ weights,     // [T, k]
+                                                                  const float* __restrict__ logits,  // [T, E]
+                                                                  int E, int k, bool norm_topk) {
   pdl_begin();
   extern __shared__ double prob[];  // [E]
   __shared__ double chosen[kMaxTopK];
-  const int lane = threadIdx.x;
+  __shared__ double part[kRouteThreads / 32];
+  __shared__ float part_max[kRouteThreads / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int kWarpsR = kRouteThreads / 32;
   const int64_t t = blockIdx.x;
   const float* l = logits + t * E;
   float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  for (int e = tid; e < E; e += kRouteThreads) mx = fmaxf(mx, l[e]);
   mx = warp_max(mx);
+  if (lane == 0) part_max[warp] = mx;
+  __syncthreads();
+  mx = part_max[0];
+  for (int w = 1; w < kWarpsR; ++w) mx = fmaxf(mx, part_max[w]);
   double sum = 0.0;
-  for (int e = lane; e < E; e += 32) {
+  for (int e = tid; e < E; e += kRouteThreads) {
     prob[e] = exp(double(l[e]) - double(mx));
     sum += prob[e];
   }
   sum = warp_sum(sum);
-  __syncwarp();
-  for (int e = lane; e < E; e += 32) prob[e] /= sum;
-  __syncwarp();
-  double denom = 0.0;
-  for (int j = 0; j < k; ++j) {
-    double best = -1.0;
-    int best_e = E;
-    for (int e = lane; e < E; e += 32) {
-      if (prob[e] > best) best = prob[e], best_e = e;  // strided ascending: ties keep the lower index
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const double ob = __shfl_xor_sync(kFullMask, best, o);
-      const int oe = __shfl_xor_sync(kFullMask, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe;
-    }
-    if (lane == 0) {
-      ids[t * k + j] = best_e;
-      chosen[j] = best;
-    }
-    denom += best;
-    __syncwarp();
-    if (lane == (best_e & 31)) prob[best_e] = -2.0;  // taken
-    __syncwarp();
+  if (lane == 0) part[warp] = sum;
+  __syncthreads();
+  sum = 0.0;
+  for (int w = 0; w < kWarpsR; ++w) sum += part[w];  // the warps in a fixed order
+  for (int e = tid; e < E; e += kRouteThreads) {
+    const double v = prob[e] / sum;
+    prob[e] = v != v ? -1.0 : v;  // NaN: below every probability, so the ranks stay a permutation
   }
-  if (lane == 0) {
+  __syncthreads();
+  for (int e = tid; e < E; e += kRouteThreads) {
+    const double p = prob[e];
+    int rank = 0;
+    for (int o = 0; o < E; ++o) {
+      const double q = prob[o];
+      rank += (q > p || (q == p && o < e)) ? 1 : 0;
+    }
+    if (rank < k) {
+      ids[t * k + rank] = e;
+      chosen[rank] = p;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double denom = 0.0;
+    for (int j = 0; j < k; ++j) denom += chosen[j];
     for (int j = 0; j < k; ++j) weights[t * k + j] = float(norm_topk ? chosen[j] / denom : chosen[j]);
   }
 }
@@ -335,6 +347,123 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
   }
 }
 
+// ---- per-pair expert kernels (decode steps of up to kPairMaxRows tokens) ----
+// One token's k pairs have k different experts, and a few tokens' pairs share few (the
+// 35B-A3B's batch of 8: 64 pairs on ~56 experts), so grouping them buys little reuse: these skip
+// the grouping launch, read x and h from global memory (L1 / L2) instead of staging them, and the
+// down kernel sums a token's pairs (and the shared expert) itself, which removes moe_sum_kernel's
+// launch too. Measured on the 35B-A3B's shapes (GpuBench.MoeExpertsDecode, H200): T = 1
+// 24.6 -> 20.8 us, T = 8 127 -> 97 us. Each lane visits k in the grouped kernels' order and each sum is rounded as they
+// and moe_sum_kernel round it, so a pair's bits, and a token's output, do not depend on the path.
+
+constexpr int64_t kPairMaxRows = 8;
+
+// grid: (ceil(F / (kWarps * 2)), T * k); each warp two hidden units f of pair blockIdx.y.
+// Needs H % 8 == 0 and 16-byte aligned rows.
+template <typename W, Activation A>
+__global__ void moe_gate_up_pair_kernel(float* __restrict__ hbuf,         // [T * k, F]
+                                        const float* __restrict__ x,      // [T, H]
+                                        const int32_t* __restrict__ ids,  // [T * k]
+                                        const void* const* __restrict__ gate, const void* const* __restrict__ up,
+                                        int k, int64_t H, int64_t F) {
+  pdl_begin();
+  constexpr int C = 2;
+  const int lane = threadIdx.x & 31;
+  const int64_t f0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
+  if (f0 >= F) return;
+  const int64_t p = blockIdx.y;
+  const int e = ids[p];
+  const float* xr = x + (p / k) * H;
+  using Rows = WeightRows<W>;
+  typename Rows::Row gr[C], ur[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t f = f0 + c < F ? f0 + c : F - 1;  // tail: read, drop
+    gr[c] = Rows::row(gate[e], f, H);
+    ur[c] = Rows::row(up[e], f, H);
+  }
+  float ag[C] = {}, au[C] = {};
+#pragma unroll 2
+  for (int64_t kk = int64_t(lane) * 8; kk < H; kk += 256) {
+    const float4 a = *reinterpret_cast<const float4*>(xr + kk);
+    const float4 b = *reinterpret_cast<const float4*>(xr + kk + 4);
+    float wg[C][8], wu[C][8];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      Rows::load8(gr[c], kk, wg[c]);
+      Rows::load8(ur[c], kk, wu[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      ag[c] += dot8(a, b, wg[c]);
+      au[c] += dot8(a, b, wu[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const float sg = warp_sum(ag[c]), su = warp_sum(au[c]);
+    if (lane == 0 && f0 + c < F) hbuf[p * F + f0 + c] = activate(sg, A) * su;
+  }
+}
+
+// grid: (ceil(H / (kWarps * 2)), T); each warp two outputs c of token blockIdx.y:
+//   out[t, c] = sum over j in order of weight_p * down_e[c] . h[p]   (p = t * k + j)
+// then + shared[t, c] * sigmoid(gate) (gate_cols 1 or H), or + shared[t, c] (gate_cols 0),
+// with moe_down_grouped_kernel's and moe_sum_kernel's roundings. Needs F % 8 == 0 and 16-byte
+// aligned rows.
+template <typename W, bool Scaled>
+__global__ void moe_down_sum_pair_kernel(float* __restrict__ out,            // [T, H]
+                                         const float* __restrict__ hbuf,     // [T * k, F]
+                                         const int32_t* __restrict__ ids,    // [T * k]
+                                         const float* __restrict__ weights,  // [T * k]
+                                         const void* const* __restrict__ down,
+                                         const float* __restrict__ expert_scale,  // [E] or null
+                                         int k, int64_t H, int64_t F, const float* __restrict__ shared,
+                                         const float* __restrict__ gate, int64_t gate_cols) {
+  pdl_begin();
+  constexpr int C = 2;
+  const int lane = threadIdx.x & 31;
+  const int64_t c0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
+  if (c0 >= H) return;
+  const int64_t t = blockIdx.y;
+  using Rows = WeightRows<W>;
+  float s[C] = {};
+#pragma unroll 4
+  for (int j = 0; j < k; ++j) {
+    const int64_t p = t * k + j;
+    const int e = ids[p];
+    typename Rows::Row dr[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) dr[c] = Rows::row(down[e], c0 + c < H ? c0 + c : H - 1, F);
+    const float* hr = hbuf + p * F;
+    float acc[C] = {};
+    for (int64_t kk = int64_t(lane) * 8; kk < F; kk += 256) {
+      const float4 a = *reinterpret_cast<const float4*>(hr + kk);
+      const float4 b = *reinterpret_cast<const float4*>(hr + kk + 4);
+      float wf[C][8];
+#pragma unroll
+      for (int c = 0; c < C; ++c) Rows::load8(dr[c], kk, wf[c]);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c] += dot8(a, b, wf[c]);
+    }
+    const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
+#pragma unroll
+    for (int c = 0; c < C; ++c) s[c] = __fadd_rn(s[c], __fmul_rn(wp, warp_sum(acc[c])));
+  }
+  if (lane != 0) return;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    if (c0 + c >= H) break;
+    const int64_t i = t * H + c0 + c;
+    float v = s[c];
+    if (shared) {
+      const float a = gate_cols ? __fmul_rn(shared[i], sigmoidf(gate[gate_cols == 1 ? t : i])) : shared[i];
+      v = __fadd_rn(v, a);
+    }
+    out[i] = v;
+  }
+}
+
 // out[t, c] = sum over j in order of ybuf[t * k + j, c], then, with a shared expert's output,
 // + shared[t, c] * sigmoid(gate) (gate_cols 1: one a row; H: one an element; 0: no gate), the
 // product rounded before the sum as mul_sigmoid then add compute it.
@@ -366,8 +495,8 @@ void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, con
              " rows, top ", top_k);
   KCHECK_MSG(top_k >= 1 && top_k <= E && top_k <= kMaxTopK && E <= 4096, "moe_route: top ", top_k, " of ", E, " experts");
   if (T == 0) return;
-  launch(moe_route_kernel, unsigned(T), 32, size_t(E) * sizeof(double), ctx.stream, ids.as<int32_t>(), weights.f32(),
-         logits.f32(), int(E), top_k, norm_topk);
+  launch(moe_route_kernel, unsigned(T), kRouteThreads, size_t(E) * sizeof(double), ctx.stream, ids.as<int32_t>(),
+         weights.f32(), logits.f32(), int(E), top_k, norm_topk);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -431,8 +560,37 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   const int64_t P = T * k;
   KCHECK_MSG(P <= 65535, "moe_experts: ", P, " (token, expert) pairs in one step (the CUDA kernel takes 65535)");
   auto* hbuf = static_cast<float*>(ctx.scratch->get(kSlotMoeHidden, size_t(P * F) * 4));
-  auto* ybuf = static_cast<float*>(ctx.scratch->get(kSlotMoePartial, size_t(P * H) * 4));
   vec_f = vec_f && aligned16(hbuf);
+  const float* shared_f = shared ? shared->f32() : nullptr;
+  const float* gate_f = gate ? gate->f32() : nullptr;
+  const int64_t gate_cols = gate ? gate->cols : 0;
+  if (vec_h && vec_f && T <= kPairMaxRows) {  // per-pair kernels: no grouping, no separate sum
+    dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
+      const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), unsigned(P));
+      if (gelu) {
+        launch(moe_gate_up_pair_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+               ids.as<const int32_t>(), table, table + E, k, H, F);
+      } else {
+        launch(moe_gate_up_pair_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+               ids.as<const int32_t>(), table, table + E, k, H, F);
+      }
+      CUDA_CHECK_LAUNCH();
+    });
+    dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
+      const dim3 grid(unsigned(ceil_div(H, kWarps * 2)), unsigned(T));
+      if (expert_scale) {
+        launch(moe_down_sum_pair_kernel<W, true>, grid, kWarps * 32, 0, ctx.stream, out.f32(), hbuf,
+               ids.as<const int32_t>(), weights.f32(), table + 2 * E, expert_scale, k, H, F, shared_f, gate_f,
+               gate_cols);
+      } else {
+        launch(moe_down_sum_pair_kernel<W, false>, grid, kWarps * 32, 0, ctx.stream, out.f32(), hbuf,
+               ids.as<const int32_t>(), weights.f32(), table + 2 * E, nullptr, k, H, F, shared_f, gate_f, gate_cols);
+      }
+      CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
+  auto* ybuf = static_cast<float*>(ctx.scratch->get(kSlotMoePartial, size_t(P * H) * 4));
   if (vec_h && vec_f) {
     // group the pairs by expert: offsets [E + 1] | active [E] | n_active [1] | order [P]
     KCHECK_MSG(E <= size_t(kGroupMaxExperts), "moe_experts: ", E, " experts (the CUDA kernels take up to ",
@@ -497,7 +655,7 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     });
   }
   launch(moe_sum_kernel, unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream, out.f32(), ybuf,
-         k, T, H, shared ? shared->f32() : nullptr, gate ? gate->f32() : nullptr, gate ? gate->cols : int64_t(0));
+         k, T, H, shared_f, gate_f, gate_cols);
   CUDA_CHECK_LAUNCH();
 }
 

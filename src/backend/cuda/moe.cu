@@ -198,6 +198,18 @@ __device__ __forceinline__ void stage_rows(float* xs, const float* src, const in
   }
 }
 
+// The gate and up rows f0 .. f0 + C - 1 of one expert (past F: the last row, read and dropped).
+template <typename W, int C>
+__device__ __forceinline__ void gate_up_rows(typename WeightRows<W>::Row (&gr)[C], typename WeightRows<W>::Row (&ur)[C],
+                                             const void* gate, const void* up, int64_t f0, int64_t F, int64_t H) {
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t f = f0 + c < F ? f0 + c : F - 1;
+    gr[c] = WeightRows<W>::row(gate, f, H);
+    ur[c] = WeightRows<W>::row(up, f, H);
+  }
+}
+
 // grid: (ceil(F / (kWarps * 2)), min(E, T * k)); each warp two hidden units f of expert
 // active[blockIdx.y], for all its pairs (rows past *n_active exit). Needs H % 8 == 0 and 16-byte
 // aligned rows.
@@ -220,12 +232,7 @@ __global__ void moe_gate_up_grouped_kernel(float* __restrict__ hbuf,            
   const int64_t f0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C;
   using Rows = WeightRows<W>;
   typename Rows::Row gr[C], ur[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    const int64_t f = f0 + c < F ? f0 + c : F - 1;  // tail: read, drop
-    gr[c] = Rows::row(gate[e], f, H);
-    ur[c] = Rows::row(up[e], f, H);
-  }
+  gate_up_rows<W, C>(gr, ur, gate[e], up[e], f0, F, H);
   for (int p0 = begin; p0 < end; p0 += kGroupRows) {
     const int n = end - p0 < kGroupRows ? end - p0 : kGroupRows;
     __syncthreads();  // the previous pass no longer reads tok, xs
@@ -376,12 +383,7 @@ __global__ void moe_gate_up_pair_kernel(float* __restrict__ hbuf,         // [T 
   const float* xr = x + (p / k) * H;
   using Rows = WeightRows<W>;
   typename Rows::Row gr[C], ur[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    const int64_t f = f0 + c < F ? f0 + c : F - 1;  // tail: read, drop
-    gr[c] = Rows::row(gate[e], f, H);
-    ur[c] = Rows::row(up[e], f, H);
-  }
+  gate_up_rows<W, C>(gr, ur, gate[e], up[e], f0, F, H);
   float ag[C] = {}, au[C] = {};
 #pragma unroll 2
   for (int64_t kk = int64_t(lane) * 8; kk < H; kk += 256) {

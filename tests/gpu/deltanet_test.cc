@@ -205,6 +205,43 @@ TEST_F(DeltaRuleTest, BatchedEqualsAlone) {
   EXPECT_EQ(s_alone, s_part);
 }
 
+// A decode step (one token a sequence) takes the one-token kernel, register-capped from 16
+// sequences on: within kRecurrentTol of the CPU, and the same bits as the general kernel, which the
+// same sequences take when a two-token sequence shares their step.
+TEST_F(DeltaRuleTest, ManyDecodeSeqsMatchTheGeneralKernel) {
+  DeltaNetConfig cfg{.n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
+  const int nv = 4;
+  const int64_t state_cols = int64_t(nv) * 128 * 128;
+  for (int n : {3, 20}) {
+    std::vector<std::pair<int, int>> seqs(size_t(n), {50, 1});
+    check({2, 4, 128, 128, seqs, 0.1f});
+    StepPlan decode = make_plan(seqs, 10, rng_);
+    seqs.push_back({3, 2});
+    StepPlan mixed = make_plan(seqs, 10, rng_);  // the decode rows first, as in `decode`
+    const int64_t T = mixed.n_rows();
+    Buffer qkv = random(T, cfg.conv_dim()), a = random(T, nv), b = random(T, nv);
+    Buffer a_neg = random(1, nv), dt_bias = random(1, nv, 0.5f);
+    for (int i = 0; i < nv; ++i) a_neg.view().f32()[i] = -std::exp(a_neg.view().f32()[i] * 0.5f) * 0.1f;
+    Buffer ssm = random(n + 1, state_cols, 0.1f);
+    Buffer dqkv = up(qkv), da = up(a), db = up(b), dan = up(a_neg), ddt = up(dt_bias);
+    auto run = [&](const StepPlan& plan, int64_t rows) {
+      Buffer dssm = up(ssm), out = gpu().alloc(DType::kF32, rows, int64_t(nv) * 128);
+      auto first = [&](const Buffer& x) { return x.view().rows_slice(0, rows); };
+      RecurrentOnly off;
+      gpu().begin_step(plan);
+      gpu().gated_delta_rule(out, first(dqkv), first(da), first(db), dan, ddt, {.conv = {}, .ssm = dssm}, cfg, plan);
+      std::vector<float> o = down(out), st = down(dssm);
+      o.resize(size_t(n) * nv * 128);
+      st.resize(size_t(n) * size_t(state_cols));
+      return std::pair{o, st};
+    };
+    const auto [o_one, s_one] = run(decode, n);
+    const auto [o_gen, s_gen] = run(mixed, T);
+    EXPECT_EQ(o_one, o_gen) << n << " sequences: outputs";
+    EXPECT_EQ(s_one, s_gen) << n << " sequences: states";
+  }
+}
+
 // Prefill split on the 64-aligned chunk grid is bit-identical to one pass on the GPU (the whole
 // chunks run the chunked form either way); a split off the grid moves tokens between the chunked
 // and the recurrent forms, so it agrees to kChunkedTol.

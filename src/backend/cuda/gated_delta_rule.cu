@@ -199,9 +199,10 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
   const int threads = 32 * int(ceil_div(dk, 32)), warps = threads / 32;
   const size_t smem = (2 * size_t(threads) + 2 * size_t(warps) * 32 + 2 * size_t(warps)) * sizeof(double);
   dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
+  bool decode_step = true;  // every sequence one token: the whole step is a kAll launch
+  for (const SeqStep& s : plan.seqs) decode_step = decode_step && s.n_tokens == 1;
   auto recurrent = [&](Part part) {
-    bool one_token = part == Part::kAll;
-    for (const SeqStep& s : plan.seqs) one_token = one_token && s.n_tokens == 1;
+    const bool one_token = part == Part::kAll && decode_step;
     // Many decoding sequences: the register-capped one-token kernel (4 blocks a SM instead of 2;
     // batch 64 of the 9B's layer 170 -> 133 us); few: the uncapped one, whose spills would cost
     // more than the added residency buys (batch 1: 4.8 us against 6.4).

@@ -354,6 +354,17 @@ __global__ void moe_down_grouped_kernel(float* __restrict__ ybuf,             //
   }
 }
 
+// The routed sum v of element i (row t) plus a shared expert's output there, when there is one:
+// + shared[i] * sigmoid(gate) (gate_cols 1: one a row; H: one an element), or + shared[i]
+// (gate_cols 0), the product rounded before the sum as mul_sigmoid then add compute it. The one
+// expression both summing kernels end with, so the two paths agree bit for bit.
+__device__ __forceinline__ float plus_shared(float v, const float* __restrict__ shared, const float* __restrict__ gate,
+                                             int64_t gate_cols, int64_t t, int64_t i) {
+  if (!shared) return v;
+  const float a = gate_cols ? __fmul_rn(shared[i], sigmoidf(gate[gate_cols == 1 ? t : i])) : shared[i];
+  return __fadd_rn(v, a);
+}
+
 // ---- per-pair expert kernels (decode steps of up to kPairMaxRows tokens) ----
 // One token's k pairs have k different experts, and a few tokens' pairs share few (the
 // 35B-A3B's batch of 8: 64 pairs on ~56 experts), so grouping them buys little reuse: these skip
@@ -410,8 +421,7 @@ __global__ void moe_gate_up_pair_kernel(float* __restrict__ hbuf,         // [T 
 
 // grid: (ceil(H / (kWarps * 2)), T); each warp two outputs c of token blockIdx.y:
 //   out[t, c] = sum over j in order of weight_p * down_e[c] . h[p]   (p = t * k + j)
-// then + shared[t, c] * sigmoid(gate) (gate_cols 1 or H), or + shared[t, c] (gate_cols 0),
-// with moe_down_grouped_kernel's and moe_sum_kernel's roundings. Needs F % 8 == 0 and 16-byte
+// then plus_shared, with moe_down_grouped_kernel's and moe_sum_kernel's roundings. Needs F % 8 == 0 and 16-byte
 // aligned rows.
 template <typename W, bool Scaled>
 __global__ void moe_down_sum_pair_kernel(float* __restrict__ out,            // [T, H]
@@ -457,18 +467,11 @@ __global__ void moe_down_sum_pair_kernel(float* __restrict__ out,            // 
   for (int c = 0; c < C; ++c) {
     if (c0 + c >= H) break;
     const int64_t i = t * H + c0 + c;
-    float v = s[c];
-    if (shared) {
-      const float a = gate_cols ? __fmul_rn(shared[i], sigmoidf(gate[gate_cols == 1 ? t : i])) : shared[i];
-      v = __fadd_rn(v, a);
-    }
-    out[i] = v;
+    out[i] = plus_shared(s[c], shared, gate, gate_cols, t, i);
   }
 }
 
-// out[t, c] = sum over j in order of ybuf[t * k + j, c], then, with a shared expert's output,
-// + shared[t, c] * sigmoid(gate) (gate_cols 1: one a row; H: one an element; 0: no gate), the
-// product rounded before the sum as mul_sigmoid then add compute it.
+// out[t, c] = sum over j in order of ybuf[t * k + j, c], plus_shared.
 __global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict__ ybuf, int k, int64_t T, int64_t H,
                                const float* __restrict__ shared, const float* __restrict__ gate, int64_t gate_cols) {
   pdl_begin();
@@ -476,11 +479,7 @@ __global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict_
     const int64_t t = i / H, c = i % H;
     float s = 0.0f;
     for (int j = 0; j < k; ++j) s += ybuf[(t * k + j) * H + c];
-    if (shared) {
-      const float a = gate_cols ? __fmul_rn(shared[i], sigmoidf(gate[gate_cols == 1 ? t : i])) : shared[i];
-      s = __fadd_rn(s, a);
-    }
-    out[i] = s;
+    out[i] = plus_shared(s, shared, gate, gate_cols, t, i);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "ops/ops.h"
+#include "ops/sampling_math.h"
 
 namespace kestrel {
 
@@ -44,40 +45,10 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t
   return out;
 }
 
-namespace {
-
-// exp(x) for x <= 0 in single precision, written out so that the loop over a row vectorizes and
-// every machine computes the same bits (libm's exp differs between versions): x = n ln2 + r with
-// |r| <= ln2 / 2 (Cody-Waite), e^r by its degree-7 Taylor polynomial (truncation < 6e-9; with roundings within 2e-7 of exp), times
-// 2^n built in the exponent bits. Below -87 (e^-87 ~ 1.6e-38, against the top token's 1) it is 0.
-// (Exact for x = 0: the top token weighs 1.)
-inline float exp_nonpositive(float x) {
-  // |x| <= 87 keeps x; NaN, infinities and beyond take -87 (in range for the int conversion) and
-  // give 0. Selected on the bits: float compares would keep the loop from vectorizing.
-  const uint32_t b = std::bit_cast<uint32_t>(x);
-  const uint32_t keep = (b & 0x7fffffffu) <= 0x42ae0000u ? 0xffffffffu : 0u;  // 0x42ae0000 = 87.0f
-  const float xc = std::bit_cast<float>((b & keep) | (0xc2ae0000u & ~keep));
-  const float t = xc * 1.44269504f + 12582912.0f;  // round(x log2 e) in the low mantissa bits
-  const float n = t - 12582912.0f;
-  const float r = (xc - n * 0.693145752f) - n * 1.42860677e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float v = p * std::bit_cast<float>((int32_t(n) + 127) << 23);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) & keep);
-}
-
-}  // namespace
-
-double sampling_weight(float x) { return double(exp_nonpositive(x)); }
+double sampling_weight(float x) { return double(sampling::exp_nonpositive(x)); }
 
 void sampling_weights(const float* x, float top, double* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = double(exp_nonpositive(x[i] - top));
+  for (int64_t i = 0; i < n; ++i) out[i] = double(sampling::exp_nonpositive(x[i] - top));
 }
 
 namespace {
@@ -137,29 +108,18 @@ class Ranking {
   size_t tier_ = 0;
 };
 
-// Sums of n weights, weight(i) for i < n, in 8 interleaved lanes folded in a fixed order: the same
-// bits every time for the same terms, without a chain of dependent additions through the vocabulary.
-template <typename Weight>
-double lane_sum(size_t n, Weight weight) {
-  double lane[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) lane[j] += weight(i + j);
-  }
-  for (; i < n; ++i) lane[i % 8] += weight(i);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
-// Floats as integers in the same order (no NaN; -0 just below +0); its own inverse.
-int32_t ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7fffffff); }
+using sampling::lane_sum;
+using sampling::ordered_bits;
 
 }  // namespace
 
 Sampler::Sampler(SamplingParams params) : p_(params), rng_(params.seed) {}
 
-bool Sampler::plain_greedy() const {
-  return p_.temperature <= 0.0f && p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f &&
-         p_.frequency_penalty == 0.0f && p_.logit_bias.empty();
+bool Sampler::plain_greedy() const { return p_.temperature <= 0.0f && plain_greedy_but_temperature(); }
+
+bool Sampler::plain_greedy_but_temperature() const {
+  return p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f &&
+         p_.logit_bias.empty();
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
@@ -204,10 +164,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
   w.scaled.resize(size_t(vocab));
   float* s = w.scaled.data();
   const float temperature = p_.temperature;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const uint32_t b = std::bit_cast<uint32_t>(l[i] / temperature);
-    s[i] = std::bit_cast<float>((b & 0x7fffffffu) > 0x7f800000u ? 0xff800000u : b);
-  }
+  for (int64_t i = 0; i < vocab; ++i) s[i] = sampling::scaled(l[i], temperature);
   int32_t best = std::numeric_limits<int32_t>::min();
   for (int64_t i = 0; i < vocab; ++i) best = std::max(best, ordered_bits(std::bit_cast<int32_t>(s[i])));
   const float mx = std::bit_cast<float>(ordered_bits(best));
@@ -273,6 +230,69 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
     if (r < acc) return t;
     if (prob[t] > 0.0) last = t;
   }
+  return last;
+}
+
+bool Sampler::candidates_apply() const { return p_.temperature > 0.0f && plain_greedy_but_temperature(); }
+
+std::optional<int32_t> Sampler::sample_candidates(const SampleCandidates& c, int64_t vocab) {
+  KCHECK_MSG(candidates_apply(), "Sampler::sample_candidates: a row with penalties, bias or no temperature");
+  const size_t n = c.ids.size();
+  KCHECK_MSG(n >= 1 && c.scaled.size() == n && int64_t(n) <= vocab, "Sampler::sample_candidates: ", n,
+             " candidates (", c.scaled.size(), " keys) for a vocabulary of ", vocab);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float mx = c.scaled[0];
+  if (mx == kInf) return c.ids[0];  // as sample(): the first infinite token, no draw
+  if (mx == -kInf) return std::nullopt;  // sample() takes the raw logits' argmax
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = double(sampling::exp_nonpositive(c.scaled[i] - mx));
+  // The candidates of sample(): `cand` tokens of the order (the vocabulary when `id_order`).
+  size_t cand = size_t(vocab);
+  bool id_order = true;
+  if (p_.top_k > 0 && p_.top_k < vocab) {
+    if (size_t(p_.top_k) > n) return std::nullopt;
+    cand = size_t(p_.top_k);
+    id_order = false;
+  }
+  if (p_.min_p > 0.0f) {
+    size_t m = 0;
+    while (m < cand && m < n && w[m] >= double(p_.min_p)) ++m;
+    if (m == n && cand > n) return std::nullopt;  // where the prefix ends lies past the candidates
+    cand = std::max<size_t>(1, m);
+    id_order = false;
+  }
+  const double mass = id_order ? c.mass : lane_sum(cand, [&w](size_t i) { return w[i]; });
+  size_t keep = cand;
+  double sum = 0.0;
+  if (p_.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t m = 0;
+    while (m < keep) {
+      if (m == n) return std::nullopt;
+      cum += w[m] / mass;
+      ++m;
+      if (cum >= double(p_.top_p)) break;
+    }
+    keep = m;
+    for (size_t i = 0; i < keep; ++i) sum += w[i];
+  } else {
+    sum = mass;
+  }
+  std::mt19937_64 rng = rng_;  // committed only if the walk ends among the candidates
+  std::uniform_real_distribution<double> u(0.0, sum);
+  const double r = u(rng);
+  double acc = 0.0;
+  int32_t last = c.ids[0];
+  for (size_t i = 0; i < keep; ++i) {
+    if (i == n) return std::nullopt;
+    acc += w[i];
+    if (r < acc) {
+      rng_ = rng;
+      return c.ids[i];
+    }
+    if (w[i] > 0.0) last = c.ids[i];
+  }
+  rng_ = rng;  // keep <= n here: the walk returned nothing past the candidates
   return last;
 }
 

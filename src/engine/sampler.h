@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <utility>
@@ -33,17 +34,35 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// One row of logits reduced by a backend (Ops::sample_candidates) to what sample() walks in the
+// common case: the first n tokens of the sampling order at the row's temperature, with their
+// scaled logits (ids[0] is the top), and the id-order mass of all the row's weights. 8 bytes a
+// candidate instead of 4 a vocabulary entry.
+struct SampleCandidates {
+  std::span<const int32_t> ids;    // [n], in the sampling order
+  std::span<const float> scaled;   // [n], logit / temperature (NaN as -inf)
+  double mass = 0.0;               // sampling::lane_sum of every token's weight, in id order
+};
+
 class Sampler {
  public:
   explicit Sampler(SamplingParams params);
   // Picks a token from one row of logits [vocab]. `prompt` and `generated` feed the penalties.
   int32_t sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
                  std::span<const int32_t> generated = {});
+  // sample() from a row's candidates: the same token and the same draw from the random stream,
+  // or nothing (the stream untouched) when the walk would need more of the order than they hold,
+  // or the row has no finite top — then sample() on the whole row. Only for rows sample() would
+  // draw from without penalties or bias (candidates_apply()).
+  std::optional<int32_t> sample_candidates(const SampleCandidates& c, int64_t vocab);
+  // Whether sample_candidates() can stand for sample(): temperature > 0, no penalties, no bias.
+  bool candidates_apply() const;
   const SamplingParams& params() const { return p_; }
   // Whether sample() is argmax of the raw logits (greedy, no penalties or bias): a device argmax will do.
   bool plain_greedy() const;
 
  private:
+  bool plain_greedy_but_temperature() const;  // no penalties, no bias
   SamplingParams p_;
   std::mt19937_64 rng_;
 };

@@ -205,6 +205,14 @@ class Ops {
   // ids I32 [R, 1] = for each row of x [R, V], the index of its largest value: the first one on
   // ties, NaN never chosen (0 when a row has nothing else) — the host argmax() of the sampler.
   virtual void argmax(const Tensor& ids, const Tensor& x) = 0;
+  // Each row r of x [R, V] reduced for the sampler (engine/sampler.h, SampleCandidates): with
+  // s_i = sampling::scaled(x[r, i], temperatures[r]), ids I32 [R, M] = the first M tokens of the
+  // order (s descending, the lower id first on ties, -0 and +0 equal), scaled F32 [R, M] their
+  // s, mass F64 [R, 1] = sampling::lane_sum over i of exp_nonpositive(s_i - max s). M <= V.
+  virtual void sample_candidates(const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                                 std::span<const float> temperatures) {
+    refuse("sample_candidates");
+  }
   // x = act(x) in place (silu, sigmoid or gelu-tanh).
   virtual void activation(const Tensor& x, Activation act) { refuse("activation"); }
   // out = a * b elementwise (out may be a or b).

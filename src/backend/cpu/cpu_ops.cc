@@ -84,6 +84,10 @@ void CpuOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<i
 }
 void CpuOps::softcap(const Tensor& x, float cap) { cpu::softcap(x, cap); }
 void CpuOps::argmax(const Tensor& ids, const Tensor& x) { cpu::argmax(ids, x); }
+void CpuOps::sample_candidates(const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                               std::span<const float> temperatures) {
+  cpu::sample_candidates(ids, scaled, mass, x, temperatures);
+}
 void CpuOps::activation(const Tensor& x, Activation act) { cpu::activation(x, act); }
 void CpuOps::mul(const Tensor& out, const Tensor& a, const Tensor& b) { cpu::mul(out, a, b); }
 void CpuOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {

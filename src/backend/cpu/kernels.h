@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <span>
 #include <vector>
 
 #include "ops/ops.h"
@@ -57,6 +58,8 @@ void slice_cols(const Tensor& out, const Tensor& x, int64_t begin);
 void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows);
 void softcap(const Tensor& x, float cap);
 void argmax(const Tensor& ids, const Tensor& x);
+void sample_candidates(const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                       std::span<const float> temperatures);
 void activation(const Tensor& x, Activation act);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
 void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);

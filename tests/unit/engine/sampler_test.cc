@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
 #include "engine/sampler.h"
+#include "ops/sampling_math.h"
 
 namespace kestrel {
 namespace {
@@ -214,6 +218,71 @@ TEST(Sampler, LazyRankingDrawsWhatAFullSortDraws) {
     }
   }
   EXPECT_GT(cases, 400);
+}
+
+// A row reduced by the sample_candidates op (the CPU's, the definition every backend matches)
+// draws what the whole row draws, from the same stream; where the walk needs more of the order
+// than M tokens, sample_candidates() declines and leaves the stream alone for sample().
+TEST(Sampler, CandidatesDrawWhatTheWholeRowDraws) {
+  std::mt19937 g(11);
+  CpuOps ops;
+  int taken = 0, declined = 0, any_declined = 0;  // taken / declined: with 1024 candidates
+  for (int64_t vocab : {1, 2, 9, 300, 5000, 60000}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      auto l = row(kind < 3 ? kind : 0, vocab, g);
+      if (kind == 3) {  // NaN, infinities and signed zeros
+        for (int64_t i = 0; i < vocab; i += 7) l[size_t(i)] = kNan;
+        for (int64_t i = 3; i < vocab; i += 11) l[size_t(i)] = -kInf;
+        for (int64_t i = 1; i < vocab; i += 13) l[size_t(i)] = (i / 13) % 2 ? 0.0f : -0.0f;
+      }
+      for (int64_t M : {int64_t(1), int64_t(16), int64_t(1024)}) {
+        const int64_t m = std::min(M, vocab);
+        for (float t : {0.3f, 1.0f, 1.6f}) {
+          Buffer x = ops.alloc(DType::kF32, 1, vocab), ids = ops.alloc(DType::kI32, 1, m),
+                 sc = ops.alloc(DType::kF32, 1, m), mass = ops.alloc(DType::kF64, 1, 1);
+          std::copy(l.begin(), l.end(), x.view().f32());
+          const float temps[] = {t};
+          ops.sample_candidates(ids, sc, mass, x, temps);
+          const SampleCandidates c{{ids.view().as<int32_t>(), size_t(m)}, {sc.view().f32(), size_t(m)},
+                                   mass.view().as<double>()[0]};
+          for (int top_k : {0, 1, 40}) {
+            for (float top_p : {1.0f, 0.9f}) {
+              for (float min_p : {0.0f, 0.05f}) {
+                const SamplingParams p = params(t, top_k, top_p, min_p, uint64_t(g()));
+                Sampler whole(p), reduced(p);
+                for (int d = 0; d < 4; ++d) {
+                  const int32_t want = whole.sample(l.data(), vocab);
+                  std::optional<int32_t> got = reduced.sample_candidates(c, vocab);
+                  if (M == 1024) (got ? taken : declined) += 1;
+                  if (!got) ++any_declined;
+                  if (!got) got = reduced.sample(l.data(), vocab);
+                  ASSERT_EQ(*got, want) << "vocab " << vocab << " kind " << kind << " M " << M << " T " << t
+                                        << " top_k " << top_k << " top_p " << top_p << " min_p " << min_p << " draw " << d;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("MEASURED sample_candidates with 1024 candidates: %d draws taken, %d declined\n", taken, declined);
+  EXPECT_GT(taken, 3 * declined);  // with 1024 candidates the common case is theirs
+  EXPECT_GT(any_declined, 0);      // and the fallback was exercised
+}
+
+// The mass is kMassLanes interleaved lanes folded as a tree: a device block sums it one thread a
+// lane and gets these bits.
+TEST(Sampler, MassIsTheLaneTreeSum) {
+  std::vector<double> w(1000);
+  std::mt19937 g(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (auto& v : w) v = u(g);
+  double lane[sampling::kMassLanes] = {};
+  for (size_t i = 0; i < w.size(); ++i) lane[i % sampling::kMassLanes] += w[i];
+  for (int width = sampling::kMassLanes / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
+  EXPECT_EQ(sampling::lane_sum(w.size(), [&](size_t i) { return w[i]; }), lane[0]);
 }
 
 TEST(Sampler, SeedsRepeatAndThreadsDoNotMix) {

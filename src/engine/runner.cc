@@ -1,5 +1,7 @@
 #include "engine/runner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "ops/step_graphs.h"
 
@@ -147,6 +149,40 @@ const std::vector<int32_t>& Runner::step_argmax(const std::vector<StepItem>& ite
     model_.ops().to_host(ids, host_ids_.data());
   }
   return host_ids_;
+}
+
+const Runner::Candidates& Runner::step_candidates(const std::vector<StepItem>& items,
+                                                  std::span<const float> temperatures, int64_t m) {
+  const Tensor out = forward(items, nullptr);
+  const int64_t R = out.rows;
+  KCHECK_MSG(int64_t(temperatures.size()) == R && m >= 1, "step_candidates: ", temperatures.size(),
+             " temperatures for ", R, " rows, ", m, " candidates");
+  m = std::min<int64_t>(m, out.cols);
+  Ops& ops = model_.ops();
+  if (cand_ids_.empty() || cand_ids_.view().rows < R || cand_ids_.view().cols != m) {
+    cand_ids_ = ops.alloc(DType::kI32, std::max<int64_t>(R, 1), m);
+    cand_scaled_ = ops.alloc(DType::kF32, std::max<int64_t>(R, 1), m);
+    cand_mass_ = ops.alloc(DType::kF64, std::max<int64_t>(R, 1), 1);
+  }
+  candidates_.m = m;
+  candidates_.ids.resize(size_t(R * m));
+  candidates_.scaled.resize(size_t(R * m));
+  candidates_.mass.resize(size_t(R));
+  last_logits_ = out;
+  if (R) {
+    const Tensor ids = cand_ids_.view().rows_slice(0, R), scaled = cand_scaled_.view().rows_slice(0, R),
+                 mass = cand_mass_.view().rows_slice(0, R);
+    ops.sample_candidates(ids, scaled, mass, out, temperatures);
+    ops.to_host(ids, candidates_.ids.data());
+    ops.to_host(scaled, candidates_.scaled.data());
+    ops.to_host(mass, candidates_.mass.data());
+  }
+  return candidates_;
+}
+
+void Runner::row_logits(int64_t r, float* dst) {
+  KCHECK_MSG(r >= 0 && r < last_logits_.rows, "row_logits: row ", r, " of ", last_logits_.rows);
+  model_.ops().to_host_f32(last_logits_.rows_slice(r, 1), dst);
 }
 
 }  // namespace kestrel

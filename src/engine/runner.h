@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cache/model_cache.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 
 namespace kestrel {
@@ -72,6 +73,23 @@ class Runner {
   // The same step, returning for each requested row only the index of its largest logit (the
   // sampler's argmax, computed on the backend): greedy decoding without bringing the logits back.
   const std::vector<int32_t>& step_argmax(const std::vector<StepItem>& items);
+  // The same step, each requested row reduced on the backend to the first m tokens of its
+  // sampling order at temperatures[r] and the mass of its weights (Ops::sample_candidates), which
+  // Sampler::sample_candidates draws from: m * 8 bytes a row come back instead of the vocabulary's
+  // logits. The logits stay on the backend until the next step (row_logits).
+  struct Candidates {
+    int64_t m = 0;
+    std::vector<int32_t> ids;   // [rows, m]
+    std::vector<float> scaled;  // [rows, m]
+    std::vector<double> mass;   // [rows]
+    SampleCandidates row(int64_t r) const {
+      return {std::span<const int32_t>(ids).subspan(size_t(r * m), size_t(m)),
+              std::span<const float>(scaled).subspan(size_t(r * m), size_t(m)), mass[size_t(r)]};
+    }
+  };
+  const Candidates& step_candidates(const std::vector<StepItem>& items, std::span<const float> temperatures, int64_t m);
+  // Row r of the logits of the last step_candidates() (vocab_size floats into dst).
+  void row_logits(int64_t r, float* dst);
   const StepPlan& last_plan() const { return plan_; }
   const GraphStats& graph_stats() const { return graph_stats_; }
 
@@ -97,6 +115,9 @@ class Runner {
   Buffer logits_, ids_;
   std::vector<float> host_logits_;
   std::vector<int32_t> host_ids_;
+  Buffer cand_ids_, cand_scaled_, cand_mass_;
+  Candidates candidates_;
+  Tensor last_logits_;  // step_candidates' rows, on the backend
 };
 
 // Sizes a CPU cache for `max_seqs` sequences of up to `max_tokens` tokens each.

@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <mutex>
+#include <optional>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -60,6 +62,12 @@ Scheduler::Scheduler(Model& model, CacheSizing sizing, SchedulerConfig config)
               " tokens (prompt chunks end on the ", kStepGrid, "-token grid), got ", cfg_.max_step_tokens, " and ",
               cfg_.prefill_chunk);
   share_prompts_only_ = cfg_.deterministic && model.config().count_layers(LayerKind::kLinearAttention) > 0;
+  if (cfg_.sample_candidates < -1 || cfg_.sample_candidates > 4096)
+    bad_input("scheduler: sample_candidates must be -1 (auto), 0 (off) or a count up to 4096, got ",
+              cfg_.sample_candidates);
+  candidate_count_ = cfg_.sample_candidates >= 0 ? cfg_.sample_candidates
+                     : model.ops().device() == Device::kCpu ? 0
+                                                              : 1024;
   const bool has_state = model.config().has_sequence_state();
   if (cfg_.prefix_cache) {
     const int32_t bs = sizing.block_size;
@@ -251,15 +259,25 @@ bool Scheduler::step() {
     try {
       // When every row is plain greedy without logprobs, the tokens are picked on the backend and
       // no logits come back to the host.
-      bool on_backend = true;
-      for (size_t i = 0; i < items.size() && on_backend; ++i) {
+      // When every row is plain greedy or samples without penalties or bias (and none wants
+      // logprobs), the backend reduces each row to its first candidates (step_candidates).
+      bool on_backend = true, by_candidates = candidate_count_ > 0;
+      std::vector<float> temperatures;
+      for (size_t i = 0; i < items.size(); ++i) {
         if (items[i].no_logits) continue;
-        on_backend = owners[i]->sampler.plain_greedy() && owners[i]->req->options().top_logprobs < 0;
+        const Sampler& sm = owners[i]->sampler;
+        const bool no_logprobs = owners[i]->req->options().top_logprobs < 0;
+        on_backend = on_backend && sm.plain_greedy() && no_logprobs;
+        by_candidates = by_candidates && no_logprobs && (sm.plain_greedy() || sm.candidates_apply());
+        temperatures.push_back(sm.plain_greedy() ? 1.0f : sm.params().temperature);  // greedy: the top at t = 1 is the argmax
       }
+      by_candidates = by_candidates && !on_backend;
       static const std::vector<float> kNoLogits;
       static const std::vector<int32_t> kNoIds;
       const std::vector<int32_t>& ids = on_backend ? runner_.step_argmax(items) : kNoIds;
-      const std::vector<float>& logits = on_backend ? kNoLogits : runner_.step(items);
+      const Runner::Candidates* cands =
+          by_candidates ? &runner_.step_candidates(items, temperatures, candidate_count_) : nullptr;
+      const std::vector<float>& logits = on_backend || by_candidates ? kNoLogits : runner_.step(items);
       // Sample every row, in parallel: each sequence has its own sampler (and random stream), and
       // the rows are independent. The backend is idle here (the step has returned).
       std::vector<size_t> row_item;  // the item behind each logit row
@@ -267,12 +285,26 @@ bool Scheduler::step() {
         if (!items[i].no_logits) row_item.push_back(i);
       }
       std::vector<TokenOut> outs(row_item.size());
+      std::vector<int64_t> whole_rows;  // candidate rows whose walk went past their candidates
+      std::mutex whole_mu;
       auto sample_rows = [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           Seq& s = *owners[row_item[size_t(r)]];
           TokenOut& out = outs[size_t(r)];
           if (on_backend) {
             out.token = ids[size_t(r)];
+            continue;
+          }
+          if (cands) {
+            const SampleCandidates c = cands->row(r);
+            std::optional<int32_t> t = s.sampler.plain_greedy() ? std::optional<int32_t>(c.ids[0])
+                                                                : s.sampler.sample_candidates(c, V);
+            if (t) {
+              out.token = *t;
+            } else {
+              std::lock_guard<std::mutex> lock(whole_mu);
+              whole_rows.push_back(r);
+            }
             continue;
           }
           const float* l = logits.data() + size_t(r) * size_t(V);
@@ -290,6 +322,20 @@ bool Scheduler::step() {
         sample_rows(0, int64_t(row_item.size()));
       } else {
         ThreadPool::global().parallel_for(int64_t(row_item.size()), sample_rows);
+      }
+      if (cands) {
+        std::lock_guard<std::mutex> lock(mu_);
+        metrics_.candidate_rows += row_item.size();
+        metrics_.candidate_whole_rows += whole_rows.size();
+      }
+      if (!whole_rows.empty()) {  // their logits from the backend, and sample() as usual
+        std::vector<float> l(static_cast<size_t>(V));
+        for (int64_t r : whole_rows) {
+          Seq& s = *owners[row_item[size_t(r)]];
+          runner_.row_logits(r, l.data());
+          std::span<const int32_t> all(s.tokens);
+          outs[size_t(r)].token = s.sampler.sample(l.data(), V, all.first(size_t(s.n_prompt)), all.subspan(size_t(s.n_prompt)));
+        }
       }
       size_t row = 0;
       const auto now = Request::clock::now();

@@ -44,6 +44,11 @@ struct SchedulerConfig {
   int64_t max_queue = 256;          // waiting requests beyond this are refused (submit returns null)
   bool deterministic = false;       // step ends that do not depend on the batch (see above); needs
                                     // prefill_chunk and max_step_tokens >= 64
+  // Steps whose rows all sample without penalties, bias or logprobs (or are plain greedy) bring
+  // back only each row's first sample_candidates tokens of its sampling order and its mass
+  // (Runner::step_candidates; the same tokens as the whole rows, which come back for a row whose
+  // walk goes further). 0: never; -1: 1024 when the logits live on a device, never on the CPU.
+  int32_t sample_candidates = -1;
 };
 
 // State slots a scheduler with config `sc` gives a model: one per running sequence plus the
@@ -54,6 +59,8 @@ struct SchedulerMetrics {
   uint64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, prefix_hits = 0;
   uint64_t preemptions = 0, steps = 0;
+  // sampled rows drawn from their backend candidates, and those whose walk needed the whole row
+  uint64_t candidate_rows = 0, candidate_whole_rows = 0;
   int64_t waiting = 0, running = 0;
   int32_t blocks_total = 0, blocks_free = 0, slots_total = 0, slots_free = 0;
   // latency samples since the last metrics() call, in seconds
@@ -112,6 +119,7 @@ class Scheduler {
   std::unique_ptr<PrefixCache> prefix_;
   int32_t slots_for_running_;
   bool share_prompts_only_ = false;  // deterministic mode on a model with DeltaNet layers
+  int64_t candidate_count_ = 0;  // cfg_.sample_candidates resolved: 0 = the whole rows come back
   int64_t capacity_ = 0;  // tokens the KV pool holds
 
   mutable std::mutex mu_;  // guards incoming_, metrics_

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -108,7 +109,9 @@ enum ScratchSlot : int {
   kSlotArgmax = 12,        // argmax: each row's per-range bests
   kSlotAttnKeys = 13,      // attention_prefill: each sequence's key range in the BF16 copy
   kSlotAttnBf16 = 14,      // attention_prefill: the attended K/V rows as BF16 terms
-  kNumSlots = 15,
+  kSlotSampleTemps = 15,   // sample_candidates: each row's temperature
+  kSlotSampleKeys = 16,    // sample_candidates: each row's scaled logits
+  kNumSlots = 17,
 };
 
 // Checks that begin_step ran with this plan.
@@ -143,6 +146,8 @@ void gather_rows(const Context& ctx, const Tensor& out, const Tensor& x, const s
                  const int32_t* device_rows);
 void softcap(const Context& ctx, const Tensor& x, float cap);
 void argmax(const Context& ctx, const Tensor& ids, const Tensor& x);
+void sample_candidates(const Context& ctx, const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                       std::span<const float> temperatures);
 void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);
 void embed_rows(const Context& ctx, const Tensor& out, const std::vector<Tensor>& shards,
                 const std::vector<int32_t>& ids);

@@ -429,6 +429,10 @@ void CudaOps::gather_rows(const Tensor& out, const Tensor& x, const std::vector<
 }
 void CudaOps::softcap(const Tensor& x, float cap) { cuda::softcap(ctx(), x, cap); }
 void CudaOps::argmax(const Tensor& ids, const Tensor& x) { cuda::argmax(ctx(), ids, x); }
+void CudaOps::sample_candidates(const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                                std::span<const float> temperatures) {
+  cuda::sample_candidates(ctx(), ids, scaled, mass, x, temperatures);
+}
 void CudaOps::activation(const Tensor& x, Activation act) { cuda::activation(ctx(), x, act); }
 void CudaOps::mul(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::mul(ctx(), out, a, b); }
 void CudaOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) {

@@ -69,6 +69,8 @@ class CudaOps final : public Ops, public StepGraphs {
   void gather_rows(const Tensor& out, const Tensor& x, const std::vector<int32_t>& rows) override;
   void softcap(const Tensor& x, float cap) override;
   void argmax(const Tensor& ids, const Tensor& x) override;
+  void sample_candidates(const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                         std::span<const float> temperatures) override;
   void activation(const Tensor& x, Activation act) override;
   void mul(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) override;

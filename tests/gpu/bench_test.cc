@@ -179,6 +179,20 @@ TEST_F(GpuBench, DeltaRule) {
   }
 }
 
+// sample_candidates on Qwen3.5's vocabulary (248,320 logits a row) for 1 and 64 rows: the device
+// side of sampling without bringing the logits back, against the 1 MB a row it would copy.
+TEST_F(GpuBench, SampleCandidates) {
+  const int64_t V = 248320, M = 1024;
+  for (int R : {1, 64}) {
+    Buffer x = up(random(R, V, 2.0f)), ids = gpu().alloc(DType::kI32, R, M), sc = gpu().alloc(DType::kF32, R, M),
+           mass = gpu().alloc(DType::kF64, R, 1);
+    const std::vector<float> temps(static_cast<size_t>(R), 0.8f);
+    const double s = time([&] { gpu().sample_candidates(ids, sc, mass, x, temps); }, 20, 2);
+    std::printf("BENCH sample_candidates_rows%d %.1f us (%.1f us a row; %lld candidates of %lld)\n", R, s * 1e6,
+                s * 1e6 / R, (long long)M, (long long)V);
+  }
+}
+
 // The recurrent form at decode, one token for each of n sequences (Qwen3.5-9B / 35B-A3B heads:
 // 32 value heads of 128 x 128), against the bytes it must move: each sequence's 2 MB state read
 // and written once. The batch-64 decode step's DeltaNet phase, isolated for a profiler.

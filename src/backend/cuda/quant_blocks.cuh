@@ -17,6 +17,18 @@ namespace kestrel::cuda {
 __device__ __forceinline__ float f16_bits_to_f32(uint16_t v) { return __half2float(__ushort_as_half(v)); }
 __device__ __forceinline__ uint16_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 __device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// 4 bytes from a 2-byte aligned address.
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t* p) { return uint32_t(ld_u16(p)) | (uint32_t(ld_u16(p + 2)) << 16); }
+
+// Small integers to floats without I2F (a quarter-rate instruction on sm_90, which bounded the
+// MoE experts' block decode): byte j of v (0..255) as the float 2^23 + byte, exactly, from which
+// one subtraction of kMagic (plus the format's offset) gives the quant's value exactly, the same
+// float as the conversion.
+constexpr float kMagic = 8388608.0f;  // 2^23
+template <int j>
+__device__ __forceinline__ float magic_byte(uint32_t v) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | j));
+}
 
 // 6-bit scale and min of sub-block j (0..7) from a K-quant's 12 packed bytes (get_scale_min_k4).
 __device__ __forceinline__ void k_scale_min(const uint8_t* s, int j, float& sc, float& m) {
@@ -36,11 +48,14 @@ struct QQ8_0 {
     const uint8_t* b = row + (k / 32) * kBlockBytes;
     const float d = f16_bits_to_f32(ld_u16(b));
     const uint8_t* q = b + 2 + (k & 31);  // 2-byte aligned
+    constexpr float kOff = kMagic + 128.0f;  // the int8 quants offset by 128 (the sign bit flipped)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint16_t v = ld_u16(q + 2 * i);
-      f[2 * i] = __fmul_rn(float(int8_t(v & 0xFF)), d);
-      f[2 * i + 1] = __fmul_rn(float(int8_t(v >> 8)), d);
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t v = ld_u32_a2(q + 4 * i) ^ 0x80808080u;
+      f[4 * i + 0] = __fmul_rn(__fsub_rn(magic_byte<0>(v), kOff), d);
+      f[4 * i + 1] = __fmul_rn(__fsub_rn(magic_byte<1>(v), kOff), d);
+      f[4 * i + 2] = __fmul_rn(__fsub_rn(magic_byte<2>(v), kOff), d);
+      f[4 * i + 3] = __fmul_rn(__fsub_rn(magic_byte<3>(v), kOff), d);
     }
   }
 };
@@ -94,10 +109,14 @@ struct QQK4 {
     if (kFive) hb = *reinterpret_cast<const uint2*>(b + 4 + quant::kKScaleSize + l);
     const uint32_t words[2] = {raw.x, raw.y}, hwords[2] = {hb.x, hb.y};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      int v = int((words[i >> 2] >> (8 * (i & 3) + 4 * h)) & 0xF);
-      if (kFive) v += ((hwords[i >> 2] >> (8 * (i & 3) + 2 * c + h)) & 1u) ? 16 : 0;
-      f[i] = __fsub_rn(__fmul_rn(d1, float(v)), m1);
+    for (int w = 0; w < 2; ++w) {
+      // the 4 quants of a word, one a byte: nibble h (+ 16 from bit 2c + h of qh, Q5_K)
+      uint32_t v = (words[w] >> (4 * h)) & 0x0F0F0F0Fu;
+      if (kFive) v |= ((hwords[w] >> (2 * c + h)) & 0x01010101u) << 4;
+      f[4 * w + 0] = __fsub_rn(__fmul_rn(d1, __fsub_rn(magic_byte<0>(v), kMagic)), m1);
+      f[4 * w + 1] = __fsub_rn(__fmul_rn(d1, __fsub_rn(magic_byte<1>(v), kMagic)), m1);
+      f[4 * w + 2] = __fsub_rn(__fmul_rn(d1, __fsub_rn(magic_byte<2>(v), kMagic)), m1);
+      f[4 * w + 3] = __fsub_rn(__fmul_rn(d1, __fsub_rn(magic_byte<3>(v), kMagic)), m1);
     }
   }
 };
@@ -118,14 +137,15 @@ struct QQ6_K {
     const uint8_t* qh = b + 128 + 32 * c + l;
     const float ds = __fmul_rn(d, float(reinterpret_cast<const int8_t*>(b + 192)[8 * c + 2 * s + l / 16]));
     const int lshift = s >= 2 ? 4 : 0;
+    constexpr float kOff = kMagic + 32.0f;  // q - 32
 #pragma unroll
-    for (int i = 0; i < 8; i += 2) {
-      const uint16_t lo = ld_u16(ql + i), hi = ld_u16(qh + i);
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int v = int((((lo >> (8 * u)) >> lshift) & 0xF) | ((((hi >> (8 * u)) >> (2 * s)) & 3) << 4)) - 32;
-        f[i + u] = __fmul_rn(ds, float(v));
-      }
+    for (int i = 0; i < 8; i += 4) {
+      // the 6-bit quants of 4 elements, one a byte
+      const uint32_t v = ((ld_u32_a2(ql + i) >> lshift) & 0x0F0F0F0Fu) | (((ld_u32_a2(qh + i) >> (2 * s)) & 0x03030303u) << 4);
+      f[i + 0] = __fmul_rn(ds, __fsub_rn(magic_byte<0>(v), kOff));
+      f[i + 1] = __fmul_rn(ds, __fsub_rn(magic_byte<1>(v), kOff));
+      f[i + 2] = __fmul_rn(ds, __fsub_rn(magic_byte<2>(v), kOff));
+      f[i + 3] = __fmul_rn(ds, __fsub_rn(magic_byte<3>(v), kOff));
     }
   }
 };

@@ -25,13 +25,7 @@ namespace kestrel::cuda {
 
 constexpr int kUnitElems = 32;                  // elements of a lane's unit
 constexpr int kUnitStep = 32 * kUnitElems;      // elements a warp covers per step (1024)
-constexpr float kMagic = 8388608.0f;            // 2^23
-
-// Byte j of v (0..255) as the float 2^23 + byte, exactly.
-template <int j>
-__device__ __forceinline__ float magic_byte(uint32_t v) {
-  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | j));
-}
+// kMagic and magic_byte: quant_blocks.cuh
 
 // 16 bytes from a 2-byte aligned address as 4 words: aligned word loads, realigned by byte
 // permutes when the address is 2 mod 4. Reads only [p, p + 16).

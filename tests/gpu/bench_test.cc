@@ -214,30 +214,39 @@ TEST_F(GpuBench, DeltaRuleDecode) {
 
 // The routed experts of a Qwen3.5-35B-A3B decode step in isolation (moe_experts: grouping,
 // gate/up, down and the rank-ordered sum; 256 experts of 512 x 2048, top 8), T tokens, against
-// the bytes of the experts the step touches. Zero weights: the kernels' time does not depend on
-// the values, and 1.6 GB of random bf16 would take longer to make than to time.
+// the bytes of the experts the step touches, for BF16 experts and the GGUF files' block formats
+// (Q8_0; Q4_K gate/up with Q6_K down, as the Q4_K_M recipe writes the 35B-A3B's experts). Zero
+// weights: the kernels' time does not depend on the values, and 1.6 GB of random bf16 would take
+// longer to make than to time.
 TEST_F(GpuBench, MoeExpertsDecode) {
   const int E = 256, k = 8, H = 2048, F = 512;
-  Buffer gate = gpu().alloc(DType::kBF16, int64_t(E) * F, H), upw = gpu().alloc(DType::kBF16, int64_t(E) * F, H);
-  Buffer down = gpu().alloc(DType::kBF16, int64_t(E) * H, F);
-  ExpertWeights w;
-  for (int e = 0; e < E; ++e) {
-    w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
-    w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
-    w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
-  }
-  for (int T : {1, 8}) {
-    Buffer x = random(T, H), logits = random(T, E, 2.0f);
-    Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
-    cpu_.moe_route(ids, wts, logits, k, true);
-    std::vector<bool> touched(size_t(E), false);
-    for (int i = 0; i < T * k; ++i) touched[size_t(ids.view().as<int32_t>()[i])] = true;
-    const double n_touched = double(std::count(touched.begin(), touched.end(), true));
-    Buffer dx = up(x), dids = up(ids), dwts = up(wts), out = gpu().alloc(DType::kF32, T, H);
-    const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 50, 3);
-    const double bytes = n_touched * 3.0 * F * H * 2;
-    std::printf("BENCH moe_experts_decode_T%d %.1f us (%.0f experts, %.1f GB/s of their weights)\n", T, s * 1e6,
-                n_touched, bytes / s / 1e9);
+  const std::pair<DType, DType> kinds[] = {{DType::kBF16, DType::kBF16}, {DType::kQ8_0, DType::kQ8_0},
+                                           {DType::kQ4_K, DType::kQ6_K}};
+  for (const auto& [dt, dt_down] : kinds) {
+    Buffer gate = gpu().alloc(dt, int64_t(E) * F, H), upw = gpu().alloc(dt, int64_t(E) * F, H);
+    Buffer down = gpu().alloc(dt_down, int64_t(E) * H, F);
+    ExpertWeights w;
+    for (int e = 0; e < E; ++e) {
+      w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
+      w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
+      w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
+    }
+    const double expert_bytes = double(2 * F * dtype_row_bytes(dt, H) + H * dtype_row_bytes(dt_down, F));
+    const std::string fmt = dt == dt_down ? std::string(dtype_name(dt))
+                                          : std::string(dtype_name(dt)) + "+" + std::string(dtype_name(dt_down));
+    for (int T : {1, 8}) {
+      Buffer x = random(T, H), logits = random(T, E, 2.0f);
+      Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
+      cpu_.moe_route(ids, wts, logits, k, true);
+      std::vector<bool> touched(size_t(E), false);
+      for (int i = 0; i < T * k; ++i) touched[size_t(ids.view().as<int32_t>()[i])] = true;
+      const double n_touched = double(std::count(touched.begin(), touched.end(), true));
+      Buffer dx = up(x), dids = up(ids), dwts = up(wts), out = gpu().alloc(DType::kF32, T, H);
+      const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 50, 3);
+      const double bytes = n_touched * expert_bytes;
+      std::printf("BENCH moe_experts_decode_%s_T%d %.1f us (%.0f experts, %.1f GB/s of their weights)\n", fmt.c_str(),
+                  T, s * 1e6, n_touched, bytes / s / 1e9);
+    }
   }
 }
 

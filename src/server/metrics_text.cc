@@ -61,6 +61,10 @@ std::string MetricsText::render(Scheduler& scheduler, const std::string& model, 
   counter("kestrel_prefix_cache_tokens_total", "Prompt tokens reused from the prefix cache", double(m.cached_prompt_tokens));
   counter("kestrel_preemptions_total", "Sequences preempted to free KV blocks", double(m.preemptions));
   counter("kestrel_steps_total", "Forward steps run", double(m.steps));
+  counter("kestrel_sampled_candidate_rows_total", "Sampled rows drawn from the device's candidates",
+          double(m.candidate_rows));
+  counter("kestrel_sampled_whole_rows_total", "Candidate rows whose draw needed the whole row of logits",
+          double(m.candidate_whole_rows));
   gauge("kestrel_queue_length", "Requests waiting to be admitted", double(m.waiting));
   gauge("kestrel_running_sequences", "Sequences prefilling or decoding", double(m.running));
   gauge("kestrel_http_in_flight", "Generation requests being served over HTTP", double(http_in_flight));

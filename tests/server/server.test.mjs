@@ -156,6 +156,7 @@ test('curl: health, models, tokenize, detokenize', () => {
   const metrics = curl(main.base + '/metrics');
   assert.match(metrics, /kestrel_time_to_first_token_seconds_bucket/);
   assert.match(metrics, /kestrel_queue_length/);
+  assert.match(metrics, /^kestrel_sampled_candidate_rows_total 0$/m);  // the CPU backend: off
 });
 
 test('batch invariance: 16 concurrent greedy requests return what each returns alone', async () => {

@@ -57,6 +57,7 @@ int serve_cmd(const Args& args) {
     bad_input("--deterministic needs --step-tokens of at least 64 (prompt chunks end on the 64-token grid), got ",
               mo.max_step_tokens);
   mo.profile = args.flag("profile");
+  mo.sample_candidates = int32_t(args.get_int("sample-candidates", -1, -1, 4096));
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   so.limits.max_prompt_tokens = std::min<int64_t>(so.limits.max_prompt_tokens, mo.max_context - 1);
 
@@ -116,6 +117,11 @@ const Registrar kReg{{
                  "cache takes what the weights, state slots and activations leave, at least --ctx tokens"},
                 {"step-tokens", "", "N", "token budget of one batched step", "512"},
                 {"no-prefix-cache", "", "", "disable prefix caching"},
+                {"sample-candidates", "", "N",
+                 "sampled rows come back from the device as their first N tokens of the sampling order and their "
+                 "mass, drawn with the same bits as the whole row (-1 auto: 1024 with --device cuda, off on the "
+                 "CPU; 0 off; up to 4096)",
+                 "-1"},
                 {"max-concurrent", "", "N", "generation requests in flight before 429", "64"},
                 {"max-body-bytes", "", "N", "largest request body", "8388608"},
                 {"max-prompt-tokens", "", "N", "longest prompt accepted", "32768"},

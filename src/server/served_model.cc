@@ -49,7 +49,8 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& dir, const Ser
     if (std::find(m->stop_ids.begin(), m->stop_ids.end(), *eos) == m->stop_ids.end()) m->stop_ids.push_back(*eos);
   }
   const SchedulerConfig sc{.max_running = o.max_running, .max_step_tokens = o.max_step_tokens,
-                           .prefill_chunk = 256, .prefix_cache = o.prefix_cache, .deterministic = o.deterministic};
+                           .prefill_chunk = 256, .prefix_cache = o.prefix_cache, .deterministic = o.deterministic,
+                           .sample_candidates = o.sample_candidates};
   CacheSizing sizing;
   sizing.block_size = 16;
   const int64_t per_seq = (o.max_context + sizing.block_size - 1) / sizing.block_size;

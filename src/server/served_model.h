@@ -41,6 +41,7 @@ struct ServeOptions {
   bool prefix_cache = true;
   bool profile = false;         // time every op (ProfilingOps); printed when the server stops
   bool deterministic = false;   // batch-invariant backend and scheduling (SchedulerConfig::deterministic)
+  int32_t sample_candidates = -1;  // SchedulerConfig::sample_candidates (-1 auto, 0 off, up to 4096)
   std::optional<std::string> matmul_precision;  // the CUDA backend's (cli::BackendOptions); absent: its default
   std::optional<std::string> kv_cache;  // f32|bf16 (cli::BackendOptions); absent: f32
 };

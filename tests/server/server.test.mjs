@@ -177,6 +177,23 @@ test('seeded sampling gives the same text alone and batched', async () => {
   together.forEach((r, i) => assert.equal(r.choices[0].message.content, alone[i]));
 });
 
+test('--sample-candidates: seeded requests drawn from candidates give the whole rows\' text', async () => {
+  const s = await startServer(['--sample-candidates', '64']);
+  try {
+    const body = (i) => chatBody(`Candidates ${i}`, { temperature: 0.9, top_p: 0.95, seed: 77 + i, max_tokens: 8,
+                                                      ignore_eos: true, ...(i % 2 ? { top_k: 20 } : {}) });
+    for (let i = 0; i < 4; i++) {
+      const [a, b] = await Promise.all([post(s, '/v1/chat/completions', body(i)), post(plain, '/v1/chat/completions', body(i))]);
+      assert.equal(a.status, 200, a.text);
+      assert.equal(a.json.choices[0].message.content, b.json.choices[0].message.content, `request ${i}`);
+    }
+    const metrics = await (await fetch(s.base + '/metrics')).text();
+    assert.match(metrics, /^kestrel_sampled_candidate_rows_total [1-9]/m);
+  } finally {
+    s.proc.kill('SIGTERM');
+  }
+});
+
 test('prefix cache: a request sharing a prefix reuses it and answers the same', async () => {
   const long = 'The quick brown fox jumps over the lazy dog. '.repeat(60);
   const first = await post(main, '/v1/chat/completions', chatBody(long + ' First question?'));
@@ -392,7 +409,10 @@ test('serve refuses bad sizing flags by name before loading', () => {
       return { status: e.status, err: e.stderr.toString() };
     }
   };
-  let r = run('--gpu-memory', '0.9');
+  let r = run('--sample-candidates', '5000');
+  assert.equal(r.status, 2);
+  assert.match(r.err, /option --sample-candidates must be in \[-1, 4096\], got 5000/);
+  r = run('--gpu-memory', '0.9');
   assert.equal(r.status, 2);
   assert.match(r.err, /--gpu-memory needs --device cuda/);
   r = run('--gpu-memory', '1.5', '--device', 'cuda');

@@ -7,6 +7,7 @@
 #include "gpu_test_util.h"
 #include "model/loader.h"
 #include "support/paths.h"
+#include "support/sampled_requests.h"
 
 namespace kestrel::test {
 namespace {
@@ -86,33 +87,17 @@ class SampleCandidatesScheduler : public GpuTest, public ::testing::WithParamInt
 TEST_P(SampleCandidatesScheduler, DrawWhatTheWholeRowsDraw) {
   LoadedModel lm = load_model(data_path(std::string("fixtures/") + GetParam()), gpu());
   const int64_t V = lm.config().vocab_size;
-  const std::vector<SamplingParams> kinds = {
-      {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f, .seed = 42},
-      {.temperature = 1.0f, .seed = 7},
-      {.temperature = 1.7f, .top_p = 0.8f, .seed = 9},
-      {},  // greedy
-  };
+  std::vector<std::vector<int32_t>> prompts(6);
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 5 + 9 * i; ++j) prompts[size_t(i)].push_back(int32_t((j * 37 + i * 101 + 11) % V));
   auto run = [&](int32_t candidates) {
     Scheduler sched(*lm.model, {.n_blocks = 128, .block_size = 16, .n_slots = 0},
                     {.max_running = 8, .max_step_tokens = 64, .prefill_chunk = 32, .sample_candidates = candidates});
-    std::vector<std::shared_ptr<Request>> reqs;
-    for (int i = 0; i < 6; ++i) {
-      std::vector<int32_t> prompt;
-      for (int j = 0; j < 5 + 9 * i; ++j) prompt.push_back(int32_t((j * 37 + i * 101 + 11) % V));
-      reqs.push_back(sched.submit(prompt, {.max_tokens = 16, .sampling = kinds[size_t(i) % kinds.size()], .ignore_eos = true}));
-    }
-    for (int guard = 0; guard < 10000 && !sched.idle(); ++guard) sched.step();
+    const auto got = sample_to_completion(sched, prompts, 16);
     const SchedulerMetrics m = sched.metrics();
     if (candidates == 0) EXPECT_EQ(m.candidate_rows, 0u);
     else EXPECT_GT(m.candidate_rows, m.candidate_whole_rows) << candidates << " candidates";
-    std::vector<std::vector<int32_t>> got;
-    for (auto& r : reqs) {
-      std::vector<TokenOut> out;
-      r->wait(out, std::chrono::milliseconds(0));
-      got.emplace_back();
-      for (auto& t : out) got.back().push_back(t.token);
-      EXPECT_EQ(got.back().size(), 16u);
-    }
+    for (const auto& tokens : got) EXPECT_EQ(tokens.size(), 16u);
     return got;
   };
   const auto whole = run(0);

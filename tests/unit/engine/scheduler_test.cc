@@ -8,6 +8,7 @@
 #include "engine/generate.h"
 #include "engine/scheduler.h"
 #include "support/fixture_model.h"
+#include "support/sampled_requests.h"
 
 namespace kestrel {
 namespace {
@@ -81,19 +82,10 @@ TEST_P(SchedulerTest, SeededSamplingIsTheSameAloneOrBatched) {
 TEST_P(SchedulerTest, SampleCandidatesDrawWhatTheWholeRowsDraw) {
   test::FixtureModel fm(GetParam());
   auto ps = prompts_of(GetParam());
-  const std::vector<SamplingParams> kinds = {
-      {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f, .seed = 42},
-      {.temperature = 1.0f, .seed = 7},
-      {.temperature = 1.7f, .top_p = 0.8f, .seed = 9},
-      {},  // greedy
-  };
   auto run = [&](int32_t candidates) {
     Scheduler sched(fm.model(), blocks(256), {.max_running = 8, .max_step_tokens = 64, .prefill_chunk = 32,
                                              .sample_candidates = candidates});
-    std::vector<std::shared_ptr<Request>> reqs;
-    for (size_t i = 0; i < ps.size(); ++i)
-      reqs.push_back(sched.submit(ps[i], {.max_tokens = 12, .sampling = kinds[i % kinds.size()], .ignore_eos = true}));
-    for (int guard = 0; guard < 10000 && !sched.idle(); ++guard) sched.step();
+    auto got = test::sample_to_completion(sched, ps, 12);
     const SchedulerMetrics m = sched.metrics();
     if (candidates == 0) {
       EXPECT_EQ(m.candidate_rows, 0u);
@@ -102,13 +94,6 @@ TEST_P(SchedulerTest, SampleCandidatesDrawWhatTheWholeRowsDraw) {
     }
     if (candidates == 4) {
       EXPECT_GT(m.candidate_whole_rows, 0u);  // the fallback ran
-    }
-    std::vector<std::vector<int32_t>> got;
-    for (auto& r : reqs) {
-      std::vector<TokenOut> out;
-      r->wait(out, std::chrono::milliseconds(0));
-      got.emplace_back();
-      for (auto& t : out) got.back().push_back(t.token);
     }
     return got;
   };

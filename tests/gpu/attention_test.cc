@@ -51,7 +51,10 @@ TEST_F(GpuTest, Attention) {
   // split-KV path: several splits per row, merged by the combine kernel).
   const std::vector<std::vector<std::pair<int, int>>> batches = {
       {{0, 20}, {5, 1}, {33, 1}, {17, 9}, {0, 1}, {100, 40}}, {{300, 1}, {1000, 1}, {5, 1}}};
-  const std::vector<Case> cases = {{4, 2, 32}, {4, 4, 64}, {8, 2, 128}, {4, 1, 256}, {2, 1, 80}};
+  // head_dim 256 and 512 take the tiled split-KV kernel: GQA groups of 4, 8 (two blocks a KV
+  // head) and 6 (a block of 4 heads and one of 2)
+  const std::vector<Case> cases = {{4, 2, 32}, {4, 4, 64}, {8, 2, 128}, {4, 1, 256}, {2, 1, 80},
+                                   {16, 2, 256}, {6, 1, 256}, {8, 2, 512}, {2, 2, 512}};
   for (size_t i = 0; i < cases.size() * batches.size(); ++i) {
     const Case c = cases[i % cases.size()];
     const auto& seqs = batches[i / cases.size()];
@@ -268,7 +271,8 @@ TEST_F(AttentionBf16Cache, EqualsF32CacheOfRoundedRows) {
       {{0, 100}, {40, 1}},                                     // the tiled prefill kernel (>= 64 rows)
       {{130, 70}, {3, 1}}};
   for (const auto& seqs : batches) {
-    for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{8, 2, 128}, std::tuple{4, 1, 256}, std::tuple{2, 1, 80}}) {
+    for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{8, 2, 128}, std::tuple{4, 1, 256}, std::tuple{2, 1, 80},
+                                 std::tuple{4, 2, 512}}) {
       for (int window : {0, 40}) check({.heads = heads, .kv = kv, .hd = hd, .window = window}, seqs);
       check({.heads = heads, .kv = kv, .hd = hd, .window = 16, .ring = true}, seqs);
       check({.heads = heads, .kv = kv, .hd = hd, .window = 16, .ring = true, .write_kv = false}, seqs);

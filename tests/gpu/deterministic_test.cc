@@ -104,6 +104,8 @@ TEST_F(Deterministic, AttentionRowsAreBitIdenticalToAlone) {
   for (int window : {0, 200}) {
     expect_attention_rows_alone(seqs, 4, 2, 64, window, true);
     expect_attention_rows_alone(seqs, 8, 2, 128, window, true);
+    expect_attention_rows_alone(seqs, 16, 2, 256, window, true);  // the tiled split-KV kernel
+    expect_attention_rows_alone(seqs, 4, 1, 512, window, true);
   }
 }
 

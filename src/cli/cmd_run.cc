@@ -41,6 +41,7 @@ int run_cmd(const Args& args) {
     bad_input("--deterministic needs --chunk to be a multiple of 64 (the prompt split every deterministic run "
               "shares), got ", opts.prefill_chunk);
   opts.sampling = sampling_params(args, kRunSampling);
+  opts.sample_candidates = int(args.get_int("sample-candidates", -1, -1, 4096));
   auto backend = make_backend(bo);
   std::unique_ptr<ProfilingOps> profiler;  // --profile: every op timed, printed at the end
   Ops* ops = backend.get();
@@ -107,6 +108,11 @@ const Registrar kReg{{
                {{"chunk", "", "N", "prompt tokens per prefill step", "512"},
                 {"ignore-eos", "", "", "keep generating past EOS tokens", ""},
                 {"stats", "", "", "print prefill and decode speed to stderr", ""},
+                {"sample-candidates", "", "N",
+                 "a sampled token comes back from the device as the row's first N tokens of the sampling order and "
+                 "their mass, drawn with the same bits as the whole row (-1 auto: 1024 with --device cuda, off on "
+                 "the CPU; 0 off; up to 4096)",
+                 "-1"},
                 {"threads", "t", "N", "CPU threads", "all cores"},
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},

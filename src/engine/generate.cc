@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 
@@ -25,14 +26,34 @@ GenerateResult generate(Runner& runner, const std::vector<int32_t>& prompt, cons
   } finish{runner, seq};
   Sampler sampler(opts.sampling);
 
-  // Plain greedy decoding picks the token on the backend (no logits come back to the host).
+  if (opts.sample_candidates < -1 || opts.sample_candidates > 4096)
+    bad_input("sample_candidates must be -1 (auto), 0 (off) or a count up to 4096, got ", opts.sample_candidates);
+  const int64_t candidates = opts.sample_candidates >= 0                             ? opts.sample_candidates
+                             : runner.model().ops().device() == Device::kCpu ? 0
+                                                                                     : 1024;
+  // Plain greedy decoding picks the token on the backend (no logits come back to the host);
+  // sampling without penalties or bias draws from the row's first candidates (the same token).
   const bool on_backend = sampler.plain_greedy();
+  const bool by_candidates = !on_backend && candidates > 0 && sampler.candidates_apply();
+  const float temperature[1] = {sampler.params().temperature};
+  std::vector<float> row;  // a whole row, when a draw walks past the candidates
   int32_t next = -1;
   auto step = [&](std::span<const int32_t> tokens, bool logits) {
     const StepItem item{.seq = &seq, .tokens = tokens, .no_logits = !logits};
     if (on_backend) {
       const auto& ids = runner.step_argmax({item});
       if (logits) next = ids[0];
+    } else if (by_candidates && logits) {
+      const Runner::Candidates& c = runner.step_candidates({item}, temperature, candidates);
+      ++res.candidate_draws;
+      if (const std::optional<int32_t> t = sampler.sample_candidates(c.row(0), V)) {
+        next = *t;
+      } else {
+        ++res.whole_row_draws;
+        row.resize(size_t(V));
+        runner.row_logits(0, row.data());
+        next = sampler.sample(row.data(), V, prompt, res.tokens);
+      }
     } else {
       const auto& l = runner.step({item});
       if (logits) next = sampler.sample(l.data(), V, prompt, res.tokens);  // penalties see both

@@ -115,7 +115,8 @@ class Runner {
   Buffer logits_, ids_;
   std::vector<float> host_logits_;
   std::vector<int32_t> host_ids_;
-  Buffer cand_ids_, cand_scaled_, cand_mass_;
+  Buffer cand_;                   // step_candidates' results, packed (see there)
+  std::vector<double> cand_host_;  // and their copy on the host
   Candidates candidates_;
   Tensor last_logits_;  // step_candidates' rows, on the backend
 };

@@ -45,6 +45,21 @@ TEST(TokenizerRunText, TextPromptMatchesTheSameIdsAndDecodes) {
   EXPECT_EQ(gguf_out, text_out);
 }
 
+// --sample-candidates: a seeded sampled run draws the same tokens from 16 candidates a step as
+// from the whole rows; a count out of range is refused by name.
+TEST(TokenizerRunText, SampleCandidatesDrawTheSameTokens) {
+  const std::string m = data_path("fixtures/qwen3_5");
+  const std::string base = "run -m " + m + " --prompt-ids 1,2,3,4,5 -n 12 --ignore-eos --temperature 0.9 --top-p 0.95 --seed 5";
+  auto [rc0, whole] = sh(base + " --sample-candidates 0");
+  ASSERT_EQ(rc0, 0) << whole;
+  auto [rc1, cands] = sh(base + " --sample-candidates 16");
+  ASSERT_EQ(rc1, 0) << cands;
+  EXPECT_EQ(cands, whole);
+  auto [rc2, bad] = sh(base + " --sample-candidates 5000");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(bad.find("sample-candidates"), std::string::npos) << bad;
+}
+
 // --profile times every op of the run and prints the phases to stderr; the tokens are unchanged.
 TEST(TokenizerRunText, ProfileLeavesTheTokensAlone) {
   const std::string m = data_path("fixtures/qwen3_5_moe");

@@ -84,6 +84,9 @@ int run_cmd(const Args& args) {
     std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.2f tok/s)\n",
                  prompt.size(), r.prefill_seconds, double(prompt.size()) / r.prefill_seconds, r.tokens.size(),
                  r.decode_seconds, r.tokens.size() > 1 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0);
+    if (r.candidate_draws > 0)
+      std::fprintf(stderr, "sampling: %d of %zu tokens drawn from the backend's candidates, %d of those needed the whole row\n",
+                   r.candidate_draws, r.tokens.size(), r.whole_row_draws);
   }
   return 0;
 }

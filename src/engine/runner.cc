@@ -163,7 +163,8 @@ const Runner::Candidates& Runner::step_candidates(const std::vector<StepItem>& i
   // One allocation holds the step's results, [mass f64 x R | ids i32 x R m | scaled f32 x R m],
   // so they come back in one copy (one wait on the backend) instead of three.
   const int64_t words = std::max<int64_t>(R, 1) * (1 + m);  // 8-byte words
-  if (cand_.empty() || cand_.view().rows < words) cand_ = ops.alloc(DType::kF64, words, 1);
+  if (cand_.empty() || cand_.view().rows < words)  // grown at least twofold: few reallocations as batches grow
+    cand_ = ops.alloc(DType::kF64, std::max(words, cand_.empty() ? int64_t(0) : 2 * cand_.view().rows), 1);
   candidates_.m = m;
   candidates_.ids.resize(size_t(R * m));
   candidates_.scaled.resize(size_t(R * m));

@@ -41,7 +41,7 @@ int run_cmd(const Args& args) {
     bad_input("--deterministic needs --chunk to be a multiple of 64 (the prompt split every deterministic run "
               "shares), got ", opts.prefill_chunk);
   opts.sampling = sampling_params(args, kRunSampling);
-  opts.sample_candidates = int(args.get_int("sample-candidates", -1, -1, 4096));
+  opts.sample_candidates = int(args.get_int("sample-candidates", -1, -1, Runner::kMaxSampleCandidates));
   auto backend = make_backend(bo);
   std::unique_ptr<ProfilingOps> profiler;  // --profile: every op timed, printed at the end
   Ops* ops = backend.get();

@@ -57,7 +57,7 @@ int serve_cmd(const Args& args) {
     bad_input("--deterministic needs --step-tokens of at least 64 (prompt chunks end on the 64-token grid), got ",
               mo.max_step_tokens);
   mo.profile = args.flag("profile");
-  mo.sample_candidates = int32_t(args.get_int("sample-candidates", -1, -1, 4096));
+  mo.sample_candidates = int32_t(args.get_int("sample-candidates", -1, -1, Runner::kMaxSampleCandidates));
   if (args.has("threads")) ThreadPool::set_global_threads(int(args.get_int("threads", 0, 1, 1024)));
   so.limits.max_prompt_tokens = std::min<int64_t>(so.limits.max_prompt_tokens, mo.max_context - 1);
 

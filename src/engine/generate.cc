@@ -26,11 +26,8 @@ GenerateResult generate(Runner& runner, const std::vector<int32_t>& prompt, cons
   } finish{runner, seq};
   Sampler sampler(opts.sampling);
 
-  if (opts.sample_candidates < -1 || opts.sample_candidates > 4096)
-    bad_input("sample_candidates must be -1 (auto), 0 (off) or a count up to 4096, got ", opts.sample_candidates);
-  const int64_t candidates = opts.sample_candidates >= 0                             ? opts.sample_candidates
-                             : runner.model().ops().device() == Device::kCpu ? 0
-                                                                                     : 1024;
+  const int64_t candidates =
+      Runner::candidate_count(opts.sample_candidates, runner.model().ops().device(), "generate");
   // Plain greedy decoding picks the token on the backend (no logits come back to the host);
   // sampling without penalties or bias draws from the row's first candidates (the same token).
   const bool on_backend = sampler.plain_greedy();

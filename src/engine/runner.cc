@@ -171,21 +171,29 @@ const Runner::Candidates& Runner::step_candidates(const std::vector<StepItem>& i
   candidates_.mass.resize(size_t(R));
   last_logits_ = out;
   if (R) {
+    const size_t ids_at = size_t(R) * 8, scaled_at = ids_at + size_t(R * m) * 4;  // byte offsets
     const Tensor all = cand_.view().rows_slice(0, R * (1 + m));
     uint8_t* const base = static_cast<uint8_t*>(all.data);
     const Tensor mass{.dtype = DType::kF64, .device = all.device, .data = base, .rows = R, .cols = 1};
-    const Tensor ids{.dtype = DType::kI32, .device = all.device, .data = base + R * 8, .rows = R, .cols = m};
-    const Tensor scaled{.dtype = DType::kF32, .device = all.device, .data = base + R * 8 + R * m * 4, .rows = R,
-                        .cols = m};
+    const Tensor ids{.dtype = DType::kI32, .device = all.device, .data = base + ids_at, .rows = R, .cols = m};
+    const Tensor scaled{.dtype = DType::kF32, .device = all.device, .data = base + scaled_at, .rows = R, .cols = m};
     ops.sample_candidates(ids, scaled, mass, out, temperatures);
     cand_host_.resize(size_t(R * (1 + m)));
     ops.to_host(all, cand_host_.data());
     const uint8_t* const h = reinterpret_cast<const uint8_t*>(cand_host_.data());
-    std::memcpy(candidates_.mass.data(), h, size_t(R) * 8);
-    std::memcpy(candidates_.ids.data(), h + R * 8, size_t(R * m) * 4);
-    std::memcpy(candidates_.scaled.data(), h + R * 8 + R * m * 4, size_t(R * m) * 4);
+    std::memcpy(candidates_.mass.data(), h, ids_at);
+    std::memcpy(candidates_.ids.data(), h + ids_at, scaled_at - ids_at);
+    std::memcpy(candidates_.scaled.data(), h + scaled_at, size_t(R * m) * 4);
   }
   return candidates_;
+}
+
+int64_t Runner::candidate_count(int setting, Device device, const char* who) {
+  if (setting < -1 || setting > kMaxSampleCandidates)
+    bad_input(who, ": sample_candidates must be -1 (auto), 0 (off) or a count up to ", kMaxSampleCandidates, ", got ",
+              setting);
+  if (setting >= 0) return setting;
+  return device == Device::kCpu ? 0 : 1024;
 }
 
 void Runner::row_logits(int64_t r, float* dst) {

@@ -88,6 +88,11 @@ class Runner {
     }
   };
   const Candidates& step_candidates(const std::vector<StepItem>& items, std::span<const float> temperatures, int64_t m);
+  // The candidate count a sample_candidates setting means on a backend: -1 (auto) 1024 on a device
+  // and 0 (off) on the CPU, whose logits are already in host memory; 0 off; else the count, at
+  // most kMaxSampleCandidates. Other settings are refused, naming `who`.
+  static constexpr int kMaxSampleCandidates = 4096;
+  static int64_t candidate_count(int setting, Device device, const char* who);
   // Row r of the logits of the last step_candidates() (vocab_size floats into dst).
   void row_logits(int64_t r, float* dst);
   const StepPlan& last_plan() const { return plan_; }

@@ -62,12 +62,7 @@ Scheduler::Scheduler(Model& model, CacheSizing sizing, SchedulerConfig config)
               " tokens (prompt chunks end on the ", kStepGrid, "-token grid), got ", cfg_.max_step_tokens, " and ",
               cfg_.prefill_chunk);
   share_prompts_only_ = cfg_.deterministic && model.config().count_layers(LayerKind::kLinearAttention) > 0;
-  if (cfg_.sample_candidates < -1 || cfg_.sample_candidates > 4096)
-    bad_input("scheduler: sample_candidates must be -1 (auto), 0 (off) or a count up to 4096, got ",
-              cfg_.sample_candidates);
-  candidate_count_ = cfg_.sample_candidates >= 0 ? cfg_.sample_candidates
-                     : model.ops().device() == Device::kCpu ? 0
-                                                              : 1024;
+  candidate_count_ = Runner::candidate_count(cfg_.sample_candidates, model.ops().device(), "scheduler");
   const bool has_state = model.config().has_sequence_state();
   if (cfg_.prefix_cache) {
     const int32_t bs = sizing.block_size;

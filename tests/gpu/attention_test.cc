@@ -180,9 +180,10 @@ TEST_F(AttentionGeneral, Selection) {
 // values after the step. Bit for bit where both run the same arithmetic: the general path (rings,
 // KV-shared readers with and without the step's k/v) and the tiled prefill kernel; the split-KV
 // kernel's lanes hold BF16 dims in pairs (F32: one per 32) and take twice the keys a group, a
-// different summation order: 1e-6 there. Against the CPU oracle over the same BF16 cache: 1e-5,
-// as the F32 tests. And kv_write stores what the CPU's does. Cases as GeneralAttention's, without
-// selections.
+// different summation order: 1e-6 there; at head_dim 256 the BF16 cache's decode rows take the
+// tensor-core kernel (q and p in three BF16 terms each: F32's rounding, so the same 1e-6). Against
+// the CPU oracle over the same BF16 cache: 1e-5, as the F32 tests. And kv_write stores what the
+// CPU's does. Cases as GeneralAttention's, without selections.
 
 class AttentionBf16Cache : public GpuTest {
  protected:
@@ -269,10 +270,14 @@ TEST_F(AttentionBf16Cache, EqualsF32CacheOfRoundedRows) {
       {{0, 20}, {5, 1}, {33, 1}, {17, 9}, {0, 1}, {100, 40}},  // one split per row
       {{300, 1}, {1000, 1}, {5, 1}},                           // split-KV decode
       {{0, 100}, {40, 1}},                                     // the tiled prefill kernel (>= 64 rows)
-      {{130, 70}, {3, 1}}};
+      {{130, 70}, {3, 1}},
+      {{2500, 1}, {63, 1}, {64, 1}, {200, 1}}};  // many 64-key tiles, and a split of exactly one
   for (const auto& seqs : batches) {
+    // head_dim 256 takes the tensor-core split-KV kernel (attention_mma.cu) for decode rows: GQA
+    // groups of 4, 8 (one block), 6 and 12 (a block of 8 heads and one of 4)
     for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{8, 2, 128}, std::tuple{4, 1, 256}, std::tuple{2, 1, 80},
-                                 std::tuple{4, 2, 512}}) {
+                                 std::tuple{4, 2, 512}, std::tuple{16, 2, 256}, std::tuple{6, 1, 256},
+                                 std::tuple{24, 2, 256}}) {
       for (int window : {0, 40}) check({.heads = heads, .kv = kv, .hd = hd, .window = window}, seqs);
       check({.heads = heads, .kv = kv, .hd = hd, .window = 16, .ring = true}, seqs);
       check({.heads = heads, .kv = kv, .hd = hd, .window = 16, .ring = true, .write_kv = false}, seqs);

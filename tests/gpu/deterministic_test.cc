@@ -33,7 +33,7 @@ class Deterministic : public GpuTest {
   }
   // Attention of a batch vs each sequence's rows alone (its own plan, the same cache blocks).
   void expect_attention_rows_alone(const std::vector<std::pair<int, int>>& seqs, int heads, int kv, int hd,
-                                   int window, bool check_cpu);
+                                   int window, bool check_cpu, DType cache = DType::kF32);
 };
 
 TEST_F(Deterministic, MatmulRowsAreBitIdenticalToAloneAtAnyRowCount) {
@@ -61,11 +61,11 @@ TEST_F(Deterministic, MatmulRowsAreBitIdenticalToAloneAtAnyRowCount) {
 }
 
 void Deterministic::expect_attention_rows_alone(const std::vector<std::pair<int, int>>& seqs, int heads, int kv,
-                                                int hd, int window, bool check_cpu) {
+                                                int hd, int window, bool check_cpu, DType cache) {
   int32_t n_blocks = 0;
   StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
   const int64_t T = plan.n_rows(), kvw = int64_t(kv) * hd, qw = int64_t(heads) * hd;
-  Buffer kc = random(int64_t(n_blocks) * 16, kvw), vc = random(int64_t(n_blocks) * 16, kvw);
+  Buffer kc = random(cache, int64_t(n_blocks) * 16, kvw), vc = random(cache, int64_t(n_blocks) * 16, kvw);
   Buffer dkc = up(kc), dvc = up(vc);
   Buffer q = random(T, qw), k = random(T, kvw), v = random(T, kvw);
   Buffer dq = up(q), dk = up(k), dv = up(v);
@@ -76,7 +76,7 @@ void Deterministic::expect_attention_rows_alone(const std::vector<std::pair<int,
   gpu().attention(out, dq, dk, dv, {dkc, dvc}, p, plan);
   const std::vector<float> together = down(out);
   const std::string what = "heads " + std::to_string(heads) + "/" + std::to_string(kv) + " hd " + std::to_string(hd) +
-                           " window " + std::to_string(window);
+                           " window " + std::to_string(window) + " " + std::string(dtype_name(cache)) + " cache";
   if (check_cpu) {
     Buffer ref = cpu_.alloc(DType::kF32, T, qw);
     cpu_.attention(ref, q, k, v, {kc, vc}, p, plan);
@@ -106,6 +106,9 @@ TEST_F(Deterministic, AttentionRowsAreBitIdenticalToAlone) {
     expect_attention_rows_alone(seqs, 8, 2, 128, window, true);
     expect_attention_rows_alone(seqs, 16, 2, 256, window, true);  // the tiled split-KV kernel
     expect_attention_rows_alone(seqs, 4, 1, 512, window, true);
+    // the tensor-core kernel (BF16 cache, head_dim 256): GQA groups of 8 and 4
+    expect_attention_rows_alone(seqs, 16, 2, 256, window, true, DType::kBF16);
+    expect_attention_rows_alone(seqs, 16, 4, 256, window, true, DType::kBF16);
   }
 }
 

@@ -11,7 +11,9 @@
 //    output; with several it writes (max, sum, unnormalized acc) and attention_combine_kernel
 //    merges the splits. With a head_dim of 256 or 512, attention_tile_kernel (attention_tile.cu)
 //    does this kernel's work on the same grid (16-key tiles staged in shared memory, docs/cuda.md);
-//    the split partition both follow is attention_split.cuh's. A step with a
+//    the split partition both follow is attention_split.cuh's. Over a BF16 cache at head_dim 256,
+//    attention_mma_kernel (attention_mma.cu) does it on the tensor cores, a block serving up to 8
+//    query heads, one block a multiprocessor (attention_mma_applies). A step with a
 //    sequence of 64 or more new rows takes the tiled
 //    tensor-core kernel of attention_prefill.cu instead (hi/lo BF16 products at the default
 //    precision, F32 softmax; not with kExact or --deterministic: attention_prefill_applies);
@@ -33,6 +35,9 @@
 // for the step's largest count (graphs are not used in that mode).
 #include <algorithm>
 
+#include <type_traits>
+
+#include "backend/cuda/attention_mma.h"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/attention_tile.h"
@@ -316,10 +321,12 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
 }
 
 // Rows [row0, row0 + rows) with up to max_splits splits each (step_splits, or det_splits per row
-// when per_row_splits). C: the cache's element type.
+// when per_row_splits). C: the cache's element type. mma: attention_mma_kernel (pieces of
+// kMmaHeads heads), else the tile or per-key kernel (pieces of kHeads).
 template <int DPL, typename C>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                      const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits) {
+                      const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits,
+                      bool mma) {
   // head_dim <= 512: at most 4 * 4 * 514 floats, within the 48 KB a launch gets without opting in
   static_assert(kWarps * kHeads * (512 + 2) * sizeof(float) <= 48 * 1024);
   const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
@@ -328,8 +335,12 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
     const size_t n = size_t(rows) * p.n_heads * max_splits * (p.head_dim + 2);
     part = static_cast<float*>(ctx.scratch->get(kSlotAttnPartial, n * sizeof(float)));
   }
-  dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * head_pieces(p.n_heads / p.n_kv_heads)), unsigned(max_splits));
-  if (attention_tiles_apply(p.head_dim)) {
+  const int group = p.n_heads / p.n_kv_heads;
+  dim3 grid(unsigned(rows), unsigned(p.n_kv_heads * head_pieces(group, mma ? kMmaHeads : kHeads)),
+            unsigned(max_splits));
+  if (mma) {
+    launch_attention_mma(ctx, grid, out, q, cache, p, row0, per_row_splits, part);
+  } else if (attention_tiles_apply(p.head_dim)) {
     launch_attention_tiles<C>(ctx, grid, out, q, cache, p, row0, per_row_splits, part);
   } else {
     const bool full = (p.n_heads / p.n_kv_heads) % kHeads == 0;
@@ -350,20 +361,19 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
 }
 
 // The most splits a row of this step may take (the grid's depth): enough blocks to cover the GPU
-// twice (eight times measured slower on the H200: a 9B row at 8192 keys, 80 -> 87 us a layer).
-// The count itself, up to this, follows the keys (step_splits on the device).
-int split_cap(const StepPlan& plan, const AttentionParams& p, bool grouped_heads = false) {
+// with blocks_per_sm blocks a multiprocessor (2 for the CUDA-core kernels: eight measured slower
+// on the H200, a 9B row at 8192 keys 80 -> 87 us a layer; 1 for attention_mma_kernel, whose
+// shared memory fills one). The count itself, up to this, follows the keys (step_splits on the
+// device). per_row: the blocks a row and split take.
+int split_cap(const StepPlan& plan, int64_t per_row, int blocks_per_sm = 2) {
   static const int n_sm = [] {
     int dev = 0, n = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
-  // blocks per row and split: a block per query head, or per kHeads of a GQA group (attention_kernel)
-  const int64_t per_row =
-      grouped_heads ? int64_t(p.n_kv_heads) * head_pieces(p.n_heads / p.n_kv_heads) : p.n_heads;
   const int64_t blocks = int64_t(plan.n_rows()) * per_row;
-  const int64_t want = (2 * int64_t(n_sm) + blocks - 1) / blocks;
+  const int64_t want = (blocks_per_sm * int64_t(n_sm) + blocks - 1) / blocks;
   return int(std::clamp<int64_t>(want, 1, kMaxSplits));
 }
 
@@ -373,8 +383,12 @@ template <int DPL, typename C>
 void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                    const AttentionParams& p, const StepPlan& plan) {
   const int64_t T = q.rows;
+  const bool mma = std::is_same_v<C, __nv_bfloat16> && attention_mma_applies(ctx, DType::kBF16, p.head_dim);
   if (!ctx.deterministic) {
-    launch_attention<DPL, C>(ctx, out, q, cache, p, 0, T, split_cap(plan, p, true), false);
+    // blocks a row and split take: a block per kHeads (kMmaHeads) of each KV head's GQA group
+    const int64_t per_row = int64_t(p.n_kv_heads) * head_pieces(p.n_heads / p.n_kv_heads, mma ? kMmaHeads : kHeads);
+    launch_attention<DPL, C>(ctx, out, q, cache, p, 0, T, split_cap(plan, per_row, mma ? kMmaBlocksPerSm : 2),
+                             false, mma);
     return;
   }
   ctx.guard->check("deterministic attention (per-row split counts chosen on the host)");
@@ -391,7 +405,7 @@ void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const
       max_splits = splits;
       ++r1;
     }
-    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true);
+    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true, mma);
     r0 = r1;
   }
 }
@@ -673,10 +687,10 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
   int n_splits = 1;
   const int32_t* max_position = nullptr;
   if (!ctx.deterministic && p.select.empty()) {
-    n_splits = split_cap(plan, p);
+    n_splits = split_cap(plan, p.n_heads);  // a block per query head
     max_position = ctx.step.max_position;
   } else if (!ctx.deterministic) {
-    n_splits = step_splits(p.select.cols - 1, 0, split_cap(plan, p));  // sel_cols keys
+    n_splits = step_splits(p.select.cols - 1, 0, split_cap(plan, p.n_heads));  // sel_cols keys
   }
   dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
     if (hd <= 32) launch_attention_ext<1, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);

@@ -30,8 +30,11 @@ __host__ __device__ __forceinline__ int step_splits(int64_t max_pos, int window,
   return int(n < 1 ? 1 : n > kMaxSplits ? kMaxSplits : n);
 }
 
-// Blocks per (row, split) for a GQA group of `group` query heads: pieces of up to kHeads heads.
-__host__ __device__ __forceinline__ int head_pieces(int group) { return (group + kHeads - 1) / kHeads; }
+// Blocks per (row, split) for a GQA group of `group` query heads: pieces of up to `heads` heads
+// (kHeads for the CUDA-core kernels, attention_mma.h's kMmaHeads for the tensor-core one).
+__host__ __device__ __forceinline__ int head_pieces(int group, int heads = kHeads) {
+  return (group + heads - 1) / heads;
+}
 
 __device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const SeqStep& s, int block_size,
                                              int64_t pos) {
@@ -39,8 +42,8 @@ __device__ __forceinline__ int64_t cache_row(const int32_t* block_tables, const 
   return int64_t(block) * block_size + pos % block_size;
 }
 
-// What one block of the grid (rows, n_kv_heads * head_pieces(group), max_splits) takes, for rows
-// from row0: row r, query heads h0 .. h0 + nh - 1 (of KV head kvh's group), and the keys [j0, j1]
+// What one block of the grid (rows, n_kv_heads * head_pieces(group, heads), max_splits) takes, for
+// rows from row0: row r, query heads h0 .. h0 + nh - 1 (of KV head kvh's group), and the keys [j0, j1]
 // of split `split` of the row's n_splits (j1 < j0: none). A row has step_splits(*max_position)
 // splits, or det_splits(its keys) when per_row_splits (deterministic mode).
 struct SplitBlock {
@@ -55,12 +58,12 @@ struct SplitBlock {
 __device__ __forceinline__ bool split_block(SplitBlock& b, const int32_t* __restrict__ positions,
                                             const int32_t* __restrict__ row_seq, const SeqStep* __restrict__ seqs,
                                             int group, int window, int64_t row0, bool per_row_splits,
-                                            const int32_t* __restrict__ max_position) {
+                                            const int32_t* __restrict__ max_position, int heads = kHeads) {
   b.r = row0 + blockIdx.x;
-  const int pieces = head_pieces(group);
+  const int pieces = head_pieces(group, heads);
   b.kvh = int(blockIdx.y) / pieces;
-  b.h0 = b.kvh * group + (int(blockIdx.y) % pieces) * kHeads;
-  b.nh = min(kHeads, b.kvh * group + group - b.h0);
+  b.h0 = b.kvh * group + (int(blockIdx.y) % pieces) * heads;
+  b.nh = min(heads, b.kvh * group + group - b.h0);
   b.s = seqs[row_seq[b.r]];
   b.pos = positions[b.r];
   b.first = first_key(b.pos, window);

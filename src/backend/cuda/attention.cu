@@ -292,9 +292,7 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
   const int64_t r = row0 + blockIdx.x;
   const int h = blockIdx.y;
   const int64_t pos = positions[r];
-  const int n_splits = per_row_splits ? det_splits(pos - first_key(pos, window) + 1)
-                       : max_position    ? step_splits(*max_position, window, max_splits)
-                                         : max_splits;
+  const int n_splits = row_splits(pos, window, per_row_splits, max_position, max_splits);
   if (n_splits == 1) return;
   const float* pp = part + (int64_t(blockIdx.x) * n_heads + h) * int64_t(max_splits) * (hd + 2);
   __shared__ float sm[kMaxSplits], sl[kMaxSplits], se[kMaxSplits];
@@ -469,9 +467,9 @@ __global__ void attention_ext_kernel(float* __restrict__ out,  // [T, n_heads * 
   const SeqStep s = seqs[row_seq[r]];
   const int64_t pos = positions[r];
   const int32_t* sel = select ? select + r * sel_cols : nullptr;
-  const int64_t first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t first = first_key(pos, window);
   const int64_t n_keys = sel ? sel_cols : pos - first + 1;
-  const int n_splits = max_position ? step_splits(*max_position, window, gridDim.z) : int(gridDim.z);
+  const int n_splits = row_splits(pos, window, false, max_position, int(gridDim.z));
   const int split = blockIdx.z;
   if (split >= n_splits) return;  // the whole block: a surplus split of this step
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * int64_t(n_heads) * hd + int64_t(h) * hd + d];

@@ -30,6 +30,16 @@ __host__ __device__ __forceinline__ int step_splits(int64_t max_pos, int window,
   return int(n < 1 ? 1 : n > kMaxSplits ? kMaxSplits : n);
 }
 
+// The split count of a row at position pos, the one count every kernel of a launch (the split
+// kernel and attention_combine_kernel) must agree on: det_splits of the row's own keys when
+// per_row_splits (deterministic mode), else step_splits of the step's largest position when the
+// launch sizes it on the device (max_position), else `cap`, the grid's depth.
+__device__ __forceinline__ int row_splits(int64_t pos, int window, bool per_row_splits,
+                                          const int32_t* __restrict__ max_position, int cap) {
+  if (per_row_splits) return det_splits(pos - first_key(pos, window) + 1);
+  return max_position ? step_splits(*max_position, window, cap) : cap;
+}
+
 // Blocks per (row, split) for a GQA group of `group` query heads: pieces of up to `heads` heads
 // (kHeads for the CUDA-core kernels, attention_mma.h's kMmaHeads for the tensor-core one).
 __host__ __device__ __forceinline__ int head_pieces(int group, int heads = kHeads) {
@@ -67,7 +77,7 @@ __device__ __forceinline__ bool split_block(SplitBlock& b, const int32_t* __rest
   b.s = seqs[row_seq[b.r]];
   b.pos = positions[b.r];
   b.first = first_key(b.pos, window);
-  b.n_splits = per_row_splits ? det_splits(b.pos - b.first + 1) : step_splits(*max_position, window, gridDim.z);
+  b.n_splits = row_splits(b.pos, window, per_row_splits, max_position, int(gridDim.z));
   b.split = blockIdx.z;
   if (b.split >= b.n_splits) return false;
   const int64_t per_split = (b.pos - b.first + 1 + b.n_splits - 1) / b.n_splits;

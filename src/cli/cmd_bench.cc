@@ -270,8 +270,11 @@ int bench_cmd(const Args& args) {
         std::vector<double> tps;
         GraphStats graphs;  // of the last timed run
         const std::string name = "tg" + std::to_string(N) + (D ? "@d" + std::to_string(D) : "");
+        // One runner for every repetition, as a server keeps one: the step graphs its warm-up run
+        // records replay in the timed runs (llama-bench likewise keeps its context across runs).
+        // Each run starts fresh sequences (new blocks and zeroed state slots) and ends them.
+        Runner runner(*lm.model, cpu_cache_sizing(cfg, int32_t(B), D + N + 1));
         for (int r = 0; r < runs; ++r) {
-          Runner runner(*lm.model, cpu_cache_sizing(cfg, int32_t(B), D + N + 1));
           std::vector<SequenceState> seqs(static_cast<size_t>(B));
           std::vector<std::vector<int32_t>> last(static_cast<size_t>(B));
           for (auto& s : seqs) runner.start(s);
@@ -290,6 +293,7 @@ int bench_cmd(const Args& args) {
           }
           for (auto& l : last) l = random_tokens(1, cfg.vocab_size, rng);
           const bool rec = recording(r);
+          const GraphStats before = runner.graph_stats();
           auto t = clock_type::now();
           for (int64_t i = 0; i < N; ++i) {
             std::vector<StepItem> items;
@@ -300,7 +304,13 @@ int bench_cmd(const Args& args) {
           }
           if (rec) finish_recording(name, B);
           else if (r > 0) tps.push_back(double(N * B) / seconds_since(t));
-          if (r == reps) graphs = runner.graph_stats();
+          if (r == reps) {  // this run's steps (the runner's counts are cumulative)
+            graphs = runner.graph_stats();
+            graphs.replayed -= before.replayed;
+            graphs.recorded -= before.recorded;
+            graphs.eager -= before.eager;
+          }
+          for (auto& s : seqs) runner.finish(s);
         }
         // per step: all weights once, plus each sequence's KV (depth + N/2 on average) and state
         const double kv = double(costs.bytes_per_block) / 16.0 * double(D + N / 2) * double(B);
@@ -350,7 +360,9 @@ const Registrar kReg{{
     .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] "
              "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] "
              "[--deterministic] [--json FILE]",
-    .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D.\n"
+    .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D (the depth\n"
+               "is prefilled first, untimed). The tg runs of a test share one runner, so the CUDA step graphs\n"
+               "its warm-up run records replay in the timed runs, as in a server.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
                "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
                "models only the experts a step is expected to touch) against the measured copy bandwidth.\n"

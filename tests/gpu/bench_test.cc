@@ -161,7 +161,7 @@ TEST_F(GpuBench, DeterministicMode) {
 // dispatch (the chunked form for whole 64-token chunks) at Qwen3.5-9B's heads.
 TEST_F(GpuBench, DeltaRule) {
   DeltaNetConfig cfg{.n_k_heads = 16, .n_v_heads = 32, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
-  for (int T : {1, 1024, 8192}) {
+  for (int T : {1, 512, 1024, 8192}) {  // 512: a prefill step's chunk
     StepPlan plan = make_plan({{0, T}}, 10, rng_);
     Buffer qkv = up(random(T, cfg.conv_dim())), a = up(random(T, 32)), b = up(random(T, 32));
     Buffer an = up(random(1, 32)), dt = up(random(1, 32));

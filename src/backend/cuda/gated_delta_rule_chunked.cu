@@ -50,9 +50,23 @@ struct RunDev {
   int32_t row_begin, n_chunks, state_slot, chunk0;  // chunk0: index of its first chunk in the group
 };
 
+// A's row stride in the prep kernel's shared memory.
+constexpr int kLdA = kC + 1;
+
+// Four floats from 16-byte-aligned shared memory in one load.
+__device__ __forceinline__ float4 lds4(const float* p) {
+  float4 v;
+  asm("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
+  return v;
+}
+
 // X_i = rhs_i + sum_{m<i} A[i][m] X_m for one column (rhs_i = scale[i] * src[i * src_stride]),
 // the column's 64 values in registers, the sum over m in four interleaved partial sums (m mod 4)
-// added pairwise; writes X to dst[i * dst_stride].
+// added pairwise; writes X to dst[i * dst_stride]. (A's rows read as float4s would take a quarter
+// of the shared loads, but the loads the compiler then hoists spill past the 128 registers that
+// two blocks a multiprocessor allow: ptxas reported ~1 KB of spills; not kept.)
 __device__ __forceinline__ void solve_column(const float* __restrict__ am, const float* __restrict__ scale,
                                              const float* src, int64_t src_stride, float* __restrict__ dst,
                                              int64_t dst_stride) {
@@ -61,16 +75,16 @@ __device__ __forceinline__ void solve_column(const float* __restrict__ am, const
   for (int i = 0; i < kC; ++i) {
     float part[4] = {scale[i] * src[i * src_stride], 0.0f, 0.0f, 0.0f};  // four chains: latency
 #pragma unroll
-    for (int m = 0; m < i; ++m) part[m & 3] = fmaf(am[i * (kC + 1) + m], x[m], part[m & 3]);
+    for (int m = 0; m < i; ++m) part[m & 3] = fmaf(am[i * kLdA + m], x[m], part[m & 3]);
     x[i] = (part[0] + part[1]) + (part[2] + part[3]);
   }
 #pragma unroll
   for (int i = 0; i < kC; ++i) dst[i * dst_stride] = x[i];
 }
 
-// grid: (n_chunks, nv); block: 256. dynamic smem: q, k [64][dk + 1], A [64][65], beta, beta*exp(gc)
+// grid: (n_chunks, nv); block: 256. dynamic smem: q, k [64][dk + 4], A [64][kLdA], beta, beta*exp(gc)
 // [64] floats; gc [64] doubles.
-__global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, const float* __restrict__ qkv,
+__global__ void __launch_bounds__(kThreads, 2) gdr_prep_kernel(ChunkScratch sc, const float* __restrict__ qkv,
                                                             const float* __restrict__ a, const float* __restrict__ b,
                                                             const float* __restrict__ a_neg,
                                                             const float* __restrict__ dt_bias,
@@ -79,11 +93,11 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
   pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* gc = reinterpret_cast<double*>(smem_raw);  // [64]
-  float* qs = reinterpret_cast<float*>(gc + kC);     // [64][dk + 1]
-  const int ld = dk + 1;
-  float* ks = qs + kC * ld;                          // [64][dk + 1]
-  float* am = ks + kC * ld;                          // [64][65]
-  float* beta = am + kC * (kC + 1);                  // [64]
+  float* qs = reinterpret_cast<float*>(gc + kC);     // [64][dk + 4]: rows 16-byte aligned, and the
+  const int ld = dk + 4;                             // float4 loads of 8 rows hit distinct banks
+  float* ks = qs + kC * ld;                          // [64][dk + 4]
+  float* am = ks + kC * ld;                          // [64][kLdA]
+  float* beta = am + kC * kLdA;                      // [64]
   float* bk = beta + kC;                             // [64] beta_i exp(gc_i)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x, h = blockIdx.y, kh = (h / kdiv) % nk;  // DeltaNetConfig::key_head
@@ -125,20 +139,26 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
   {
     const int ti = threadIdx.x / 16, tj = threadIdx.x % 16;
     float kk[4][4] = {}, qk[4][4] = {};
-    for (int d = 0; d < dk; ++d) {
-      float ki[4], qi[4], kj[4];
+    for (int d = 0; d < dk; d += 4) {  // four d a load, summed in order d, d + 1, d + 2, d + 3
+      float4 ki[4], qi[4], kj[4];
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        ki[x] = ks[(ti + 16 * x) * ld + d];
-        qi[x] = qs[(ti + 16 * x) * ld + d];
-        kj[x] = ks[(tj + 16 * x) * ld + d];
+        ki[x] = lds4(ks + (ti + 16 * x) * ld + d);
+        qi[x] = lds4(qs + (ti + 16 * x) * ld + d);
+        kj[x] = lds4(ks + (tj + 16 * x) * ld + d);
       }
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
 #pragma unroll
-        for (int y = 0; y < 4; ++y) {
-          kk[x][y] = fmaf(ki[x], kj[y], kk[x][y]);
-          qk[x][y] = fmaf(qi[x], kj[y], qk[x][y]);
+        for (int y = 0; y <= x; ++y) {  // y > x: every j > i, entries that stay 0
+          kk[x][y] = fmaf(ki[x].x, kj[y].x, kk[x][y]);
+          kk[x][y] = fmaf(ki[x].y, kj[y].y, kk[x][y]);
+          kk[x][y] = fmaf(ki[x].z, kj[y].z, kk[x][y]);
+          kk[x][y] = fmaf(ki[x].w, kj[y].w, kk[x][y]);
+          qk[x][y] = fmaf(qi[x].x, kj[y].x, qk[x][y]);
+          qk[x][y] = fmaf(qi[x].y, kj[y].y, qk[x][y]);
+          qk[x][y] = fmaf(qi[x].z, kj[y].z, qk[x][y]);
+          qk[x][y] = fmaf(qi[x].w, kj[y].w, qk[x][y]);
         }
       }
     }
@@ -148,9 +168,10 @@ __global__ void __launch_bounds__(kThreads) gdr_prep_kernel(ChunkScratch sc, con
 #pragma unroll
       for (int y = 0; y < 4; ++y) {
         const int i = ti + 16 * x, j = tj + 16 * y;
-        const float decay = j <= i ? float(exp(gc[i] - gc[j])) : 0.0f;
-        am[i * (kC + 1) + j] = j < i ? -(beta[i] * kk[x][y]) * decay : 0.0f;
-        p[i * kC + j] = j <= i ? qk[x][y] * decay : 0.0f;
+        const bool lower = y <= x && j <= i;  // y > x implies j > i
+        const float decay = lower ? float(exp(gc[i] - gc[j])) : 0.0f;
+        am[i * kLdA + j] = lower && j < i ? -(beta[i] * kk[x][y]) * decay : 0.0f;
+        p[i * kC + j] = lower ? qk[x][y] * decay : 0.0f;
       }
     }
   }
@@ -259,11 +280,27 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
         acc[r] = fmaf(q.w, s3, acc[r]);
       }
     }
+    // P is zero above the diagonal, so a row runs over the columns up to its warp's last row (the
+    // 4-column groups before kWarps (r + 1)): the rows' sums are independent chains the loop
+    // interleaves, and the zeros a row adds (0 * V'_j) leave its sum's bits unchanged.
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int i = warp + kWarps * r;
-      for (int j = 0; j <= i; ++j) acc[r] = fmaf(P[i * kC + j], vn[j * kBV + lane], acc[r]);
-      if (col) out[(int64_t(run.row_begin) + int64_t(ch) * kC + i) * nv * dv + int64_t(h) * dv + e] = acc[r];
+    for (int j = 0; j < kC; j += 4) {
+      const float v0 = vn[j * kBV + lane], v1 = vn[(j + 1) * kBV + lane], v2 = vn[(j + 2) * kBV + lane],
+                  v3 = vn[(j + 3) * kBV + lane];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (j > kWarps * (r + 1) - 1) continue;  // row warp + kWarps r < kWarps (r + 1): P is 0 from j on
+        const float4 pr = *reinterpret_cast<const float4*>(P + (warp + kWarps * r) * kC + j);
+        acc[r] = fmaf(pr.x, v0, acc[r]);
+        acc[r] = fmaf(pr.y, v1, acc[r]);
+        acc[r] = fmaf(pr.z, v2, acc[r]);
+        acc[r] = fmaf(pr.w, v3, acc[r]);
+      }
+    }
+    if (col) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        out[(int64_t(run.row_begin) + int64_t(ch) * kC + warp + kWarps * r) * nv * dv + int64_t(h) * dv + e] = acc[r];
     }
     __syncthreads();  // W, Q', P and the reads of S done
     const bool next = ch + 1 < run.n_chunks;
@@ -278,24 +315,36 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
       __pipeline_wait_prior(0);
     }
     __syncthreads();
-    // S = exp(gc_63) S + sum_i K'_i V'_i^T, a float4 row group at a time
+    // S = exp(gc_63) S + sum_i K'_i V'_i^T, two float4 row groups at a time (8 chains)
     const float gl = sc.gl[base];
-    for (int g = warp; g < n_groups; g += kWarps) {
-      const int d = 4 * g;
-      float s0 = gl * S[d * kBV + lane], s1 = gl * S[(d + 1) * kBV + lane], s2 = gl * S[(d + 2) * kBV + lane],
-            s3 = gl * S[(d + 3) * kBV + lane];
+    for (int g = warp; g < n_groups; g += 2 * kWarps) {
+      const int d = 4 * g, d2 = d + 4 * kWarps;
+      const bool two = g + kWarps < n_groups;
+      float s[8];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        s[x] = gl * S[(d + x) * kBV + lane];
+        s[4 + x] = two ? gl * S[(d2 + x) * kBV + lane] : 0.0f;
+      }
+#pragma unroll 4
       for (int i = 0; i < kC; ++i) {
         const float v = vn[i * kBV + lane];
         const float4 k = *reinterpret_cast<const float4*>(kb + i * dk + d);
-        s0 = fmaf(k.x, v, s0);
-        s1 = fmaf(k.y, v, s1);
-        s2 = fmaf(k.z, v, s2);
-        s3 = fmaf(k.w, v, s3);
+        const float4 k2 = two ? *reinterpret_cast<const float4*>(kb + i * dk + d2) : make_float4(0, 0, 0, 0);
+        s[0] = fmaf(k.x, v, s[0]);
+        s[1] = fmaf(k.y, v, s[1]);
+        s[2] = fmaf(k.z, v, s[2]);
+        s[3] = fmaf(k.w, v, s[3]);
+        s[4] = fmaf(k2.x, v, s[4]);
+        s[5] = fmaf(k2.y, v, s[5]);
+        s[6] = fmaf(k2.z, v, s[6]);
+        s[7] = fmaf(k2.w, v, s[7]);
       }
-      S[d * kBV + lane] = s0;
-      S[(d + 1) * kBV + lane] = s1;
-      S[(d + 2) * kBV + lane] = s2;
-      S[(d + 3) * kBV + lane] = s3;
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        S[(d + x) * kBV + lane] = s[x];
+        if (two) S[(d2 + x) * kBV + lane] = s[4 + x];
+      }
     }
     __syncthreads();  // K' free, S complete
     if (next) {
@@ -367,7 +416,7 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   sc.k = sc.q + max_chunks * nv * kC * dk;
   sc.p = sc.k + max_chunks * nv * kC * dk;
   sc.gl = sc.p + max_chunks * nv * kC * kC;
-  const size_t prep_smem = kC * sizeof(double) + (2 * size_t(kC) * (dk + 1) + size_t(kC) * (kC + 1) + 2 * kC) * 4;
+  const size_t prep_smem = kC * sizeof(double) + (2 * size_t(kC) * (dk + 4) + size_t(kC) * kLdA + 2 * kC) * 4;
   const size_t scan_smem = (size_t(dk) * kBV + 3 * size_t(kC) * dk + size_t(kC) * kC + size_t(kC) * kBV) * 4;
   CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));
   CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));

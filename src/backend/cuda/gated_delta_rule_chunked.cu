@@ -26,6 +26,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gated_delta_rule_chunked.h"
+#include "backend/cuda/mma.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -356,6 +357,195 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_kernel(float* __restrict__ 
     if (col) state[int64_t(d) * dv + e] = S[d * kBV + lane];
 }
 
+// ---- The scan on the tensor cores, at --matmul-precision bf16 ----
+// The same chunk algebra with its three products on mma.sync m16n8k16 (BF16 operands, F32
+// accumulators), as the GEMMs and attention of that precision round: V' = U - W S, o = Q' S + P V',
+// S <- gl S + K'^T V'. The state stays F32 in shared memory between chunks and is rounded to BF16
+// only as an operand. The prep's F32 W, Q', K', P land in a staging area by cp.async (the next
+// chunk's during the current one) and are rounded into padded BF16 tiles at the chunk's start.
+// Warps: phases 1 and 2 give warp w the rows 16 (w % 4) .. + 15 and value columns 16 (w / 4) .. + 15
+// (two n8 tiles); phase 3 gives it S's rows 16 w .. + 15 (and + 128 ...), all 32 columns.
+constexpr int kMmaMaxDk = 128;
+constexpr int kSp = kBV + 4;   // F32 state row stride: the B fragments' loads hit distinct banks
+constexpr int kPLd = kC + 8;   // BF16 row stride of P and V'^T (144 bytes: ldmatrix rows on distinct banks)
+
+size_t scan_mma_smem(int dk) {
+  return size_t(dk) * kSp * 4 + (3 * size_t(kC) * dk + size_t(kC) * kC) * 4 +
+         (3 * size_t(kC) * (dk + 8) + size_t(kC) * kPLd + size_t(kBV) * kPLd) * 2;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) { return bf16x2_bits(__floats2bfloat162_rn(lo, hi)); }
+
+// rows x cols F32 (contiguous) -> BF16 at row stride ld, four elements a thread at a time.
+__device__ __forceinline__ void round_tile(__nv_bfloat16* __restrict__ dst, int ld, const float* __restrict__ src,
+                                           int cols) {
+  for (int i = threadIdx.x; i < kC * cols / 4; i += kThreads) {
+    const int row = 4 * i / cols, col = 4 * i % cols;
+    const float4 v = *reinterpret_cast<const float4*>(src + 4 * i);
+    *reinterpret_cast<uint2*>(dst + row * ld + col) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+}
+
+// grid and block as gdr_scan_kernel; dk a multiple of 16, at most kMmaMaxDk. dynamic smem:
+// scan_mma_smem(dk).
+__global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restrict__ out, ChunkScratch sc,
+                                                                float* __restrict__ ssm,
+                                                                const RunDev* __restrict__ runs, int nv, int dk,
+                                                                int dv) {
+  pdl_begin();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int ldb = dk + 8;
+  float* Sf = reinterpret_cast<float*>(smem_raw);  // [dk][kSp]
+  float* stw = Sf + dk * kSp;                      // staging: W, Q', K' [64][dk], P [64][64]
+  float* stq = stw + kC * dk;
+  float* stk = stq + kC * dk;
+  float* stp = stk + kC * dk;
+  __nv_bfloat16* Wb = reinterpret_cast<__nv_bfloat16*>(stp + kC * kC);  // [64][dk + 8]
+  __nv_bfloat16* Qb = Wb + kC * ldb;
+  __nv_bfloat16* Kb = Qb + kC * ldb;
+  __nv_bfloat16* Pb = Kb + kC * ldb;  // [64][kPLd]
+  __nv_bfloat16* Vt = Pb + kC * kPLd;  // V'^T [32][kPLd]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int h = blockIdx.x;
+  const RunDev run = runs[blockIdx.y];
+  const int e0 = int(blockIdx.z) * kBV;
+  float* state = ssm + int64_t(run.state_slot) * nv * dk * dv + int64_t(h) * dk * dv;
+  auto chunk = [&](int ch) { return int64_t(run.chunk0 + ch) * nv + h; };
+  auto stage_chunk = [&](int ch) {
+    stage_async(stw, sc.w + chunk(ch) * kC * dk, kC * dk);
+    stage_async(stq, sc.q + chunk(ch) * kC * dk, kC * dk);
+    stage_async(stk, sc.k + chunk(ch) * kC * dk, kC * dk);
+    stage_async(stp, sc.p + chunk(ch) * kC * kC, kC * kC);
+    __pipeline_commit();
+  };
+  stage_chunk(0);
+  for (int i = threadIdx.x; i < dk * kBV; i += kThreads) {
+    const int d = i / kBV, n = i % kBV;
+    Sf[d * kSp + n] = e0 + n < dv ? state[int64_t(d) * dv + e0 + n] : 0.0f;
+  }
+  const int mt = warp & 3, nb = (warp >> 2) * 16;  // phases 1, 2
+  const int r0 = 16 * mt + g, r1 = r0 + 8;
+  const int ksteps = dk / 16;
+  for (int ch = 0; ch < run.n_chunks; ++ch) {
+    const int64_t base = chunk(ch);
+    __pipeline_wait_prior(0);
+    __syncthreads();  // the staging holds chunk ch; S complete
+    round_tile(Wb, ldb, stw, dk);
+    round_tile(Qb, ldb, stq, dk);
+    round_tile(Kb, ldb, stk, dk);
+    round_tile(Pb, kPLd, stp, kC);
+    __syncthreads();  // BF16 tiles complete, staging free
+    if (ch + 1 < run.n_chunks) stage_chunk(ch + 1);
+    // phase 1: V' = U - W S
+    float v[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int e = e0 + nb + 8 * j + 2 * c;
+      const float* u = sc.u + base * kC * dv;
+      v[j][0] = e < dv ? u[int64_t(r0) * dv + e] : 0.0f;
+      v[j][1] = e + 1 < dv ? u[int64_t(r0) * dv + e + 1] : 0.0f;
+      v[j][2] = e < dv ? u[int64_t(r1) * dv + e] : 0.0f;
+      v[j][3] = e + 1 < dv ? u[int64_t(r1) * dv + e + 1] : 0.0f;
+    }
+    for (int kt = 0; kt < ksteps; ++kt) {
+      uint32_t a[4];
+      ldsm_x4<false>(a, Wb + (16 * mt + (lane & 15)) * ldb + 16 * kt + (lane >> 4) * 8);
+      const int k0 = 16 * kt + 2 * c;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int n = nb + 8 * j + g;
+        const uint32_t b0 = pack_bf16(-Sf[k0 * kSp + n], -Sf[(k0 + 1) * kSp + n]);
+        const uint32_t b1 = pack_bf16(-Sf[(k0 + 8) * kSp + n], -Sf[(k0 + 9) * kSp + n]);
+        mma16816(v[j], a, b0, b1);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int n = nb + 8 * j + 2 * c;
+      Vt[n * kPLd + r0] = __float2bfloat16_rn(v[j][0]);
+      Vt[(n + 1) * kPLd + r0] = __float2bfloat16_rn(v[j][1]);
+      Vt[n * kPLd + r1] = __float2bfloat16_rn(v[j][2]);
+      Vt[(n + 1) * kPLd + r1] = __float2bfloat16_rn(v[j][3]);
+    }
+    __syncthreads();  // V'^T complete
+    // phase 2: o = Q' S + P V' (P's 16-column blocks past the warp's rows are 0)
+    float o[2][4] = {};
+    for (int kt = 0; kt < ksteps; ++kt) {
+      uint32_t a[4];
+      ldsm_x4<false>(a, Qb + (16 * mt + (lane & 15)) * ldb + 16 * kt + (lane >> 4) * 8);
+      const int k0 = 16 * kt + 2 * c;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int n = nb + 8 * j + g;
+        const uint32_t b0 = pack_bf16(Sf[k0 * kSp + n], Sf[(k0 + 1) * kSp + n]);
+        const uint32_t b1 = pack_bf16(Sf[(k0 + 8) * kSp + n], Sf[(k0 + 9) * kSp + n]);
+        mma16816(o[j], a, b0, b1);
+      }
+    }
+    for (int kt = 0; kt <= mt; ++kt) {
+      uint32_t a[4];
+      ldsm_x4<false>(a, Pb + (16 * mt + (lane & 15)) * kPLd + 16 * kt + (lane >> 4) * 8);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const __nv_bfloat16* vt = Vt + (nb + 8 * j + g) * kPLd + 16 * kt + 2 * c;
+        mma16816(o[j], a, *reinterpret_cast<const uint32_t*>(vt), *reinterpret_cast<const uint32_t*>(vt + 8));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int e = e0 + nb + 8 * j + 2 * c;
+      float* o0 = out + (int64_t(run.row_begin) + int64_t(ch) * kC + r0) * nv * dv + int64_t(h) * dv + e;
+      float* o1 = o0 + int64_t(8) * nv * dv;
+      if (e < dv) {
+        o0[0] = o[j][0];
+        o1[0] = o[j][2];
+      }
+      if (e + 1 < dv) {
+        o0[1] = o[j][1];
+        o1[1] = o[j][3];
+      }
+    }
+    __syncthreads();  // the reads of S done
+    // phase 3: S = gl S + K'^T V' (A = K'^T by transposing loads of K')
+    const float gl = sc.gl[base];
+    for (int m3 = warp; m3 < ksteps; m3 += kThreads / 32) {
+      const int d0 = 16 * m3 + g, d1 = d0 + 8;
+      float st[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int n = 8 * j + 2 * c;
+        st[j][0] = gl * Sf[d0 * kSp + n];
+        st[j][1] = gl * Sf[d0 * kSp + n + 1];
+        st[j][2] = gl * Sf[d1 * kSp + n];
+        st[j][3] = gl * Sf[d1 * kSp + n + 1];
+      }
+#pragma unroll
+      for (int kt = 0; kt < kC / 16; ++kt) {
+        uint32_t a[4];
+        ldsm_x4<true>(a, Kb + (16 * kt + (lane & 7) + (lane >> 4) * 8) * ldb + 16 * m3 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const __nv_bfloat16* vt = Vt + (8 * j + g) * kPLd + 16 * kt + 2 * c;
+          mma16816(st[j], a, *reinterpret_cast<const uint32_t*>(vt), *reinterpret_cast<const uint32_t*>(vt + 8));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int n = 8 * j + 2 * c;
+        Sf[d0 * kSp + n] = st[j][0];
+        Sf[d0 * kSp + n + 1] = st[j][1];
+        Sf[d1 * kSp + n] = st[j][2];
+        Sf[d1 * kSp + n + 1] = st[j][3];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < dk * kBV; i += kThreads) {
+    const int d = i / kBV, n = i % kBV;
+    if (e0 + n < dv) state[int64_t(d) * dv + e0 + n] = Sf[d * kSp + n];
+  }
+}
+
 }  // namespace
 
 bool gdr_chunked_supports(const DeltaNetConfig& cfg) {
@@ -420,12 +610,18 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   const size_t scan_smem = (size_t(dk) * kBV + 3 * size_t(kC) * dk + size_t(kC) * kC + size_t(kC) * kBV) * 4;
   CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));
   CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));
+  // At --matmul-precision bf16 the scan's products go to the tensor cores (BF16 operands).
+  const bool mma = ctx.matmul_precision == MatmulPrecision::kBf16 && dk % 16 == 0 && dk <= kMmaMaxDk;
+  const size_t mma_smem = scan_mma_smem(dk);
+  if (mma)
+    CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(mma_smem)));
   for (const Group& g : groups) {
     launch(gdr_prep_kernel, dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream, sc, qkv.f32(),
            a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
-    launch(gdr_scan_kernel, dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))), kThreads, scan_smem,
-           ctx.stream, out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at), nv, dk, dv);
+    launch(mma ? gdr_scan_mma_kernel : gdr_scan_kernel, dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))),
+           kThreads, mma ? mma_smem : scan_smem, ctx.stream, out.f32(), sc, ssm.f32(),
+           reinterpret_cast<const RunDev*>(meta_dev + g.runs_at), nv, dk, dv);
     CUDA_CHECK_LAUNCH();
   }
 }

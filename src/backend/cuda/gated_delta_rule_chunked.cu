@@ -1,5 +1,5 @@
 // gated_delta_rule, chunked (WY) form: the whole 64-token chunks of a prefill, on the absolute
-// 64-grid, in F32 on CUDA cores. With gc_i the cumulative gate within the chunk (gc_i = g_0 + ... +
+// 64-grid, in F32 on CUDA cores (but see gdr_scan_mma_kernel). With gc_i the cumulative gate within the chunk (gc_i = g_0 + ... +
 // g_i), q_i L2-normalized and scaled by 1/sqrt(dk), k_i L2-normalized, beta_i = sigmoid(b_i):
 //
 //   A[i][j] = -beta_i (k_i . k_j) exp(gc_i - gc_j)  (j < i),     T = (I - A)^-1 (unit lower)
@@ -15,7 +15,9 @@
 //     Q' = exp(gc) q, K' = exp(gc_63 - gc) k and exp(gc_63).
 //   gdr_scan_kernel, a block per (run of chunks of one sequence, value head, 32 value columns),
 //     carrying S [dk, 32] in shared memory from chunk to chunk in order: V', the outputs, S, with
-//     the next chunk's inputs copied in (cp.async) during the current one.
+//     the next chunk's inputs copied in (cp.async) during the current one. At --matmul-precision
+//     bf16 its place is taken by gdr_scan_mma_kernel: the same scan with its products on the
+//     tensor cores (BF16 operands, F32 accumulators and state).
 // Every sum runs in a fixed order that depends only on the chunk's own data and incoming state,
 // so a chunk computes the same bits whatever else the step holds or how the prefill was split
 // on the grid. The state stays F32 throughout (the recurrent kernel rounds it to F32 at every

@@ -180,7 +180,8 @@ TEST_F(GpuBench, DeltaRule) {
     if (T > 1) {  // at --matmul-precision bf16: the scan on the tensor cores
       auto& cuda = static_cast<CudaOps&>(gpu());
       cuda.set_matmul_precision(MatmulPrecision::kBf16);
-      const double s = time([&] { gpu().gated_delta_rule(out, qkv, a, b, an, dt, {.conv = {}, .ssm = ssm}, cfg, plan); }, 3, 1);
+      const double s =
+          time([&] { gpu().gated_delta_rule(out, qkv, a, b, an, dt, {.conv = {}, .ssm = ssm}, cfg, plan); }, 3, 1);
       cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
       std::printf("BENCH gated_delta_rule_chunked_bf16_T%d %.1f us (%.3f us/token)\n", T, s * 1e6, s * 1e6 / T);
     }

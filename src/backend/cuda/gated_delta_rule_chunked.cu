@@ -1,6 +1,7 @@
 // gated_delta_rule, chunked (WY) form: the whole 64-token chunks of a prefill, on the absolute
-// 64-grid, in F32 on CUDA cores (but see gdr_scan_mma_kernel). With gc_i the cumulative gate within the chunk (gc_i = g_0 + ... +
-// g_i), q_i L2-normalized and scaled by 1/sqrt(dk), k_i L2-normalized, beta_i = sigmoid(b_i):
+// 64-grid, in F32 on CUDA cores (but see gdr_scan_mma_kernel). With gc_i the cumulative gate
+// within the chunk (gc_i = g_0 + ... + g_i), q_i L2-normalized and scaled by 1/sqrt(dk), k_i
+// L2-normalized, beta_i = sigmoid(b_i):
 //
 //   A[i][j] = -beta_i (k_i . k_j) exp(gc_i - gc_j)  (j < i),     T = (I - A)^-1 (unit lower)
 //   W = T diag(beta exp(gc)) K,   U = T diag(beta) V             (the WY representation)
@@ -621,9 +622,9 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
     launch(gdr_prep_kernel, dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream, sc, qkv.f32(),
            a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv, cfg.key_head_div(), dk, dv);
     CUDA_CHECK_LAUNCH();
-    launch(mma ? gdr_scan_mma_kernel : gdr_scan_kernel, dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))),
-           kThreads, mma ? mma_smem : scan_smem, ctx.stream, out.f32(), sc, ssm.f32(),
-           reinterpret_cast<const RunDev*>(meta_dev + g.runs_at), nv, dk, dv);
+    const dim3 scan_grid(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV)));
+    launch(mma ? gdr_scan_mma_kernel : gdr_scan_kernel, scan_grid, kThreads, mma ? mma_smem : scan_smem, ctx.stream,
+           out.f32(), sc, ssm.f32(), reinterpret_cast<const RunDev*>(meta_dev + g.runs_at), nv, dk, dv);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -184,12 +184,11 @@ TEST_F(QuantGpuTest, MatmulRowsBitIdenticalToAlone) {
   }
 }
 
-// The Q4_K GEMV's geometry follows K (q4k_gemv_geometry.h): L lanes a column (16 for 16 or 48
-// super-blocks, 4 for 12, 2 for 14, 1 for an odd count), staged tiles of 64 / R super-blocks
-// rounded down to a multiple of L, at least L (several per launch past 64 super-blocks, i.e.
-// K > 16384, for one row; for 8 rows past 8 or L of them, e.g. K = 12288 and 20480). Each
-// against the reference, over a partial last block of columns, and each row's bits the same
-// alone as among 8 (whose tiles are smaller).
+// The Q4_K GEMV's geometry follows K (q4k_gemv_geometry.h): P warps a column (8 for 16 or 48
+// super-blocks, 4 for 12, 2 for 14, 1 for an odd count), each a contiguous 1/P of the
+// super-blocks streamed through a ring of 2 slots (refilled when a warp has more than 2: K =
+// 12288, 20480). Each against the reference, over a partial last block of columns (45 columns:
+// at P = 1, 256 columns a block), and each row's bits the same alone as among 8.
 TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
   for (int64_t K : {256, 2816, 3072, 3584, 4096, 12288, 20480}) {
     const int64_t N = 45;
@@ -198,8 +197,8 @@ TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
     const double e = check_matmul(x, w, true, "Q4_K K=" + std::to_string(K));
     gpu().matmul(all, dx, dw);
     expect_rows_as_alone(dx, dw, down(all), {0, 5}, "Q4_K K=" + std::to_string(K));
-    std::printf("Q4K K=%ld lanes %d roundings %d worst |err|/S' %.2e\n", long(K),
-                q4k_gemv::lanes(K / 256), q4k_gemv::roundings(K), e);
+    std::printf("Q4K K=%ld slices %d roundings %d worst |err|/S' %.2e\n", long(K),
+                q4k_gemv::slices(K / 256), q4k_gemv::roundings(K), e);
   }
 }
 

@@ -2,7 +2,7 @@
 // block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
 // Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K its own
-// (quant_gemv_q4k.cuh), Q6_K and Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain
+// (quant_gemv_q4k.cuh: weights streamed by the copy engine), Q6_K and Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain
 // GEMV code with each 8 weights decoded in registers to ggml's dequantized values
 // (quant_blocks.cuh), so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
 // BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
@@ -233,8 +233,8 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
   else gemv_rows_block<Q, R>(t.out[m], PlainX{x}, t.w[m], K, t.n[m], block, xs);
 }
 
-// Output columns per warp of the block GEMV over R rows (Q4_K: q4k_gemv::warp_columns(K), 2 a
-// lane whatever R): the unit GEMV (Q6_K, Q8_0) takes 2 for one row
+// Output columns per warp of the block GEMV over R rows (Q4_K: 32 / P, q4k_gemv_geometry.h,
+// whatever R): the unit GEMV (Q6_K, Q8_0) takes 2 for one row
 // (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
 // 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
@@ -243,12 +243,18 @@ constexpr int kUnitCols = R == 1 ? 2 : 4;
 inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
 inline int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
-  if (dt == DType::kQ4_K) return kGemvWarps * q4k_gemv::warp_columns(K);
+  if (dt == DType::kQ4_K) return q4k_gemv::block_columns(K);
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
-// The largest dynamic shared memory a launch asks for (Q4_K's staged rows: 71 KB for one row,
-// up to 142 KB for 8); the kernels are opted in to it once.
-constexpr size_t kQ4kSmemMax = size_t(160) << 10;
+// Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings when a matrix
+// is Q4_K (93 KB for one row, 221 KB for 8), else R rows of the activation tile. The kernels are
+// opted in to the largest once.
+static_assert(kGemvWarps == q4k_gemv::kWarps, "the Q4_K GEMV's blocks are the GEMV's");
+constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
+inline size_t gemv_quant_smem(int R, bool q4k) {
+  const size_t tile = R > 1 ? size_t(R) * kGemvTileK * sizeof(float) : 16;
+  return q4k ? std::max(tile, q4k_gemv::smem_bytes(R)) : tile;
+}
 
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
 // kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM:
@@ -263,13 +269,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
-  __shared__ __align__(16) float xs[R > 1 ? R * kGemvTileK : 4];
-  extern __shared__ __align__(16) float q4k_smem[];  // q4k_gemv::smem_bytes(K, R) when a matrix is Q4_K
+  // gemv_quant_smem(R, ..) bytes: the Q4_K GEMV's rings, or the other formats' activation tile
+  extern __shared__ __align__(16) uint8_t gemv_smem[];
+  float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
+  if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
+    gemv_q4k_block<R>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+    return;
+  }
   prefetch_rows(t.w[m], t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
   pdl_begin();
-  if (dt == DType::kQ4_K) gemv_q4k_block<R, kGemvWarps>(t.out[m], x, t.w[m], K, t.n[m], block, q4k_smem);
-  else if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
   else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
   else if constexpr (!kUnitsOnly) {
     switch (dt) {
@@ -451,13 +461,13 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
     CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kUnitsOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(kQ4kSmemMax)));
+                                    int(kQuantGemvSmemMax)));
   });
   bool q4k = false;
   for (int m = 0; m < mt.count; ++m) q4k = q4k || mt.dtype[m] == DType::kQ4_K;
-  const size_t smem = q4k ? q4k_gemv::smem_bytes(K, R) : 0;
-  KCHECK_MSG(smem <= kQ4kSmemMax, "matmul: Q4_K staging of ", smem, " bytes for K = ", K, " and ", R,
-             " rows, past the ", kQ4kSmemMax, " bytes the kernel is opted in to");
+  const size_t smem = gemv_quant_smem(R, q4k);
+  KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
+             " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
   launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, x, K);
   CUDA_CHECK_LAUNCH();
 }

@@ -1,6 +1,6 @@
-// How the CUDA Q4_K GEMV (quant_gemv_q4k.cuh) lays a row of K columns over a warp's lanes, and
-// what it stages in shared memory: here, in plain C++, because the GPU tests derive their error
-// bound from the same geometry.
+// How the CUDA Q4_K GEMV (quant_gemv_q4k.cuh) splits a matrix over warps and what each warp
+// keeps in shared memory: here, in plain C++, because the GPU tests derive their error bound from
+// the same geometry and the launch sizes its shared memory from it.
 #pragma once
 
 #include <cstddef>
@@ -16,52 +16,43 @@ namespace kestrel::q4k_gemv {
 
 constexpr int kSuperElems = 256;  // elements of a Q4_K super-block
 constexpr int kSuperBytes = 144;  // its bytes: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 of quants
-constexpr int kMaxLanes = 16;     // lanes sharing one column
-constexpr int kTileSuper = 64;    // super-blocks of one row staged at a time (64 / R for R rows, at least L)
+constexpr int kWarps = 8;         // warps of a block
+constexpr int kMaxSlices = 8;     // warps sharing a column
+constexpr int kStages = 2;        // shared-memory slots of a warp's copy ring
 
-// Lanes that share a column: the largest power of two up to kMaxLanes that divides the S
-// super-blocks of a row, so each lane takes S / L of them (lane l: super-blocks l, l + L, ..).
-KESTREL_HD constexpr int lanes(int64_t S) {
-  int L = kMaxLanes;
-  while (L > 1 && S % L != 0) L >>= 1;
-  return L;
+// Warps that share a column, each summing a contiguous 1/P of its super-blocks: the largest
+// power of two up to kMaxSlices that divides the S super-blocks of a row.
+KESTREL_HD constexpr int slices(int64_t S) {
+  int P = kMaxSlices;
+  while (P > 1 && S % P != 0) P >>= 1;
+  return P;
 }
-KESTREL_HD constexpr int log2_lanes(int L) {
-  int n = 0;
-  while ((1 << n) < L) ++n;
-  return n;
-}
-// Super-blocks of each of R rows staged per tile: a multiple of L, all of S when it fits.
-KESTREL_HD constexpr int tile_super(int64_t S, int L, int R) {
-  int t = kTileSuper / R / L * L;
-  if (t < L) t = L;
-  return S < t ? int(S) : t;
-}
-// Staged positions: 4 floats of padding after every 256 (lanes L apart in super-blocks read 260
-// floats apart, so the eight lanes of a 128-bit shared-memory phase hit distinct banks), and one
-// run sum of padding after every 16 sums (likewise for the sums, 17 apart).
-KESTREL_HD constexpr int x_at(int k) { return k + ((k >> 8) << 2); }
-KESTREL_HD constexpr int sum_at(int s) { return s + (s >> 4); }
-KESTREL_HD constexpr int row_floats(int tile) { return tile * (kSuperElems + 4); }
-KESTREL_HD constexpr int sum_floats(int tile) { return tile * 17; }
-// Dynamic shared memory of one block for R rows of K columns.
-KESTREL_HD constexpr size_t smem_bytes(int64_t K, int R) {
-  const int64_t S = K / kSuperElems;
-  const int t = tile_super(S, lanes(S), R);
-  return size_t(R) * size_t(row_floats(t) + sum_floats(t)) * sizeof(float);
-}
-// Output columns of one warp: each lane computes 2, and 32 / L lane groups share the warp.
-KESTREL_HD constexpr int warp_columns(int64_t K) { return 2 * (32 / lanes(K / kSuperElems)); }
+// Output columns of one block: a warp's lanes are 32 columns, and kWarps / P warp groups.
+KESTREL_HD constexpr int block_columns(int64_t K) { return 32 * (kWarps / slices(K / kSuperElems)); }
+
+// One slot of a warp's ring: one super-block of each of the warp's 32 columns (lane l's at
+// 144 l: the eight lanes of a 128-bit shared-memory phase fall on distinct banks), then R rows of
+// the super-block's 256 activations, then each row's 16 run sums.
+constexpr int kSlotX = 32 * kSuperBytes;  // 16-byte aligned, as the bulk copies need
+KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kSuperElems * 4; }
+KESTREL_HD constexpr int slot_bytes(int R) { return slot_sums(R) + R * 16 * 4; }
+// Dynamic shared memory of one block for R rows: the rings, their barriers, and each warp's
+// partial sums for the reduction over a column's warps.
+KESTREL_HD constexpr size_t ring_bytes(int R) { return size_t(kWarps) * kStages * size_t(slot_bytes(R)); }
+KESTREL_HD constexpr size_t barrier_offset(int R) { return ring_bytes(R); }
+KESTREL_HD constexpr size_t partial_offset(int R) { return barrier_offset(R) + size_t(kWarps) * kStages * 8; }
+KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * 32 * 4; }
 
 // F32 roundings an element's product passes through on its way to the output (the GPU tests'
 // bound, gamma(n) * S'): the run's FMA chain (16), the two runs' sum, the scale, the min's
-// subtraction, the chunk's two sub-blocks (4), the lane's accumulator (4 chunks a super-block,
-// S / L super-blocks) and the tree over the column's L lanes. (The min's path, m * sum(x), is
-// shorter: the runs' sums of x take 4 + 1 roundings, then the product and the subtraction.)
+// subtraction (19); the super-block's eight sub-blocks summed in order (7); the warp's S / P
+// super-blocks in order (S / P - 1); the column's P warps in order (P - 1). (The min's path,
+// m * sum(x), is shorter: a run's sum of x takes 3 + 1 roundings, the pair 1, then the product
+// and the subtraction.)
 KESTREL_HD constexpr int roundings(int64_t K) {
   const int64_t S = K / kSuperElems;
-  const int L = lanes(S);
-  return int(20 + 4 * (S / L) + log2_lanes(L));
+  const int P = slices(S);
+  return int(24 + S / P + P);
 }
 
 }  // namespace kestrel::q4k_gemv

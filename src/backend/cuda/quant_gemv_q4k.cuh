@@ -1,29 +1,31 @@
-// The Q4_K GEMV (matmul.cu's gemv_multi_quant_kernel, any R of 1..8 rows): decode at 4.5 bits a
-// weight is bound by instructions, not bytes, unless a weight costs about two. Nsight Compute on
-// the unit GEMV this replaces (a lane per 32 elements, quant_gemv.cuh's design) counted 7.7
-// instructions a weight: the magic-number subtraction, the runs' sums of x computed by every lane,
-// and per-unit integer work (scale decoding in two divergent branches, addresses) over too few
-// weights, with x read as scattered 16-float pieces that kept L1 83% busy. Here:
-//  - Lane geometry (q4k_gemv_geometry.h): L lanes share a column, each taking whole super-blocks
-//    (l, l + L, ..), and a lane computes 2 columns, so one read of x serves both. A lane steps
-//    through a super-block's 4 chunks of 64 elements (32 quant bytes: sub-blocks 2c in the low
-//    nibbles, 2c + 1 in the high) with every lane at the same chunk c, which the loop unrolls: the
-//    6-bit scale decoding has no branch, and a chunk's decoding and addressing serve 64 weights a
-//    column where the unit GEMV's served 32.
+// The Q4_K GEMV (matmul.cu's gemv_multi_quant_kernel, any R of 1..8 rows). Decode at 4.5 bits a
+// weight needs ~3.3 TB/s of Q4_K for issue 7's goal. The kernels before this one loaded weights
+// with per-lane 16-byte loads and stalled on them: each warp load took 32 bytes of 8 rows, a
+// 144-byte super-block a row, and Nsight Compute showed 0.51 instructions issued a cycle a
+// scheduler, mostly waiting on those loads, at ~1.7 TB/s, whatever the arithmetic (a tensor-core
+// variant with 40% fewer instructions read at the same rate). Here the copy engine moves the
+// weights: cp.async.bulk into a ring of shared-memory slots, completion counted on an mbarrier,
+// so a warp's loads cost one instruction a super-block and stay in flight while it computes.
+//  - Geometry (q4k_gemv_geometry.h): a lane is one output column; a warp is 32 columns and a
+//    contiguous 1/P of their super-blocks; P warps share the columns and their partial sums meet
+//    in shared memory at the end. A ring slot holds one super-block of each of the 32 columns
+//    (lane l's 144 bytes at 144 l) and the matching 256 activations of each row, copied too.
+//  - Activations are read by every lane at the same address (a broadcast), once per column.
 //  - A quant nibble permuted into an otherwise zero word IS the float q * 2^-149 (a subnormal,
-//    exact), so a weight costs a permute and an FMA. The rows of x are staged in shared memory
-//    times 2^64 (exact): each product x 2^64 * q 2^-149 is the exact x * q scaled by 2^-85, so the
-//    FMA chain rounds it exactly as it would unscaled; the scale, taken times 2^85 (exact), undoes
-//    it. Limits no model that runs reaches: |x| < 2^64 (an RMSNorm's sum of squares overflows
-//    first), and a run's partial sums below 2^-41 are subnormal in the scaled frame (rounded to
-//    2^-64 absolute instead of 24 bits relative).
-//  - The runs' sums of x (for the mins) are computed once per block while staging.
-// Per element: y += (d sc) * (sum_run0 x q + sum_run1 x q) - (dmin m) * (X_run0 + X_run1), each run
-// an FMA chain of 16 in element order, a chunk's two sub-blocks added, then the lane's chunks in
-// order, then a xor tree over the L lanes. The order depends only on K, so a row has the same
-// bits alone or among R; q4k_gemv::roundings(K) counts the roundings for the error bound.
+//    exact), so a weight costs a permute and an FMA. The activations are scaled in the slot by
+//    2^64 (exact): each product x 2^64 * q 2^-149 is the exact x * q scaled by 2^-85, so the FMA
+//    chain rounds it exactly as it would unscaled; the scale, taken times 2^85 (exact), undoes it.
+//    Limits no model that runs reaches: |x| < 2^64 (an RMSNorm's sum of squares overflows first),
+//    and a run's partial sums below 2^-41 are subnormal in the scaled frame (rounded to 2^-64
+//    absolute instead of 24 bits relative).
+// Per column: a sub-block's y = (d sc) * (sum_run0 x q + sum_run1 x q) - (dmin m) * (X_run0 +
+// X_run1), each run an FMA chain of 16 in element order; a super-block's 8 sub-blocks summed in
+// order, the warp's super-blocks in order, then the P warps in order. The order depends only on
+// K, so a row has the same bits alone or among R; q4k_gemv::roundings(K) counts the roundings
+// for the error bound.
 #pragma once
 
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/q4k_gemv_geometry.h"
 #include "backend/cuda/quant_gemv.cuh"
 
@@ -81,159 +83,176 @@ __device__ __forceinline__ void nibbles(const uint4& v, float (&q)[16]) {
   }
 }
 
-// A lane's weights for one chunk of one column: the super-block header and 32 quant bytes.
-struct Chunk {
-  uint4 head, lo, hi;  // lo: quant bytes 0..15 (elements 0..15 of each sub-block), hi: 16..31
-};
-__device__ __forceinline__ void load_chunk(const uint8_t* sb, int c, Chunk& o) {
-  o.head = __ldg(reinterpret_cast<const uint4*>(sb));
-  o.lo = __ldg(reinterpret_cast<const uint4*>(sb + 16 + 32 * c));
-  o.hi = __ldg(reinterpret_cast<const uint4*>(sb + 32 + 32 * c));
-}
 
-// Block-wide: elements [k0, k0 + len) of rows [0, R) of x ([R, K]) into shared memory, element
-// k0 + k of row r at xs[r * row_stride + x_at(k)] times 2^64 (exact), and the sum of each run of
-// 16 unscaled values at xsum[r * sum_stride + sum_at(k / 16)]: a thread's 4 values, then the
-// run's 4 threads by xor shuffles (a fixed tree that gives every lane the same bits). len a
-// multiple of 256; every thread of the block calls it.
-__device__ __forceinline__ void stage(float* __restrict__ xs, int row_stride, float* __restrict__ xsum, int sum_stride,
-                                      const float* __restrict__ x, int64_t K, int R, int64_t k0, int len) {
-  using namespace q4k_gemv;
-  const int total = R * len;
-  for (int base = 0; base < total; base += int(blockDim.x) * 4) {  // the same trips for every thread
-    const int i = base + int(threadIdx.x) * 4;
-    const int r = i < total ? i / len : 0, k = i - r * len;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (i < total) v = *reinterpret_cast<const float4*>(x + r * K + k0 + k);
-    float sum = __fadd_rn(__fadd_rn(v.x, v.y), __fadd_rn(v.z, v.w));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, 2));
-    if (i < total) {
-      if ((threadIdx.x & 3) == 0) xsum[r * sum_stride + sum_at(k / 16)] = sum;
-      *reinterpret_cast<float4*>(xs + r * row_stride + x_at(k)) =
-          make_float4(__fmul_rn(v.x, kXScale), __fmul_rn(v.y, kXScale), __fmul_rn(v.z, kXScale),
-                      __fmul_rn(v.w, kXScale));
-    }
+// The copy engine's side: an mbarrier per ring slot, armed with the bytes its copies will bring.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+}
+// Makes the barriers' initialization visible to the copy engine.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared, counted on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+// Orders this thread's ordinary shared-memory accesses before the copy engine's later writes.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// A slot's R rows of 256 activations, in place, times 2^64, and the sum of each run of 16 (of
+// the unscaled values: a lane's 8 in a fixed tree, then the run's 2 lanes by one xor shuffle,
+// which gives both the same bits) into sums [R][16].
+template <int R>
+__device__ __forceinline__ void scale_activations(float* __restrict__ xs, float* __restrict__ sums, int lane) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float4* p = reinterpret_cast<float4*>(xs + r * q4k_gemv::kSuperElems + 8 * lane);
+    const float4 a = p[0], b = p[1];
+    float s = __fadd_rn(__fadd_rn(__fadd_rn(a.x, a.y), __fadd_rn(a.z, a.w)),
+                        __fadd_rn(__fadd_rn(b.x, b.y), __fadd_rn(b.z, b.w)));
+    s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, 1));
+    if ((lane & 1) == 0) sums[r * 16 + lane / 2] = s;
+    p[0] = make_float4(__fmul_rn(a.x, kXScale), __fmul_rn(a.y, kXScale), __fmul_rn(a.z, kXScale),
+                       __fmul_rn(a.w, kXScale));
+    p[1] = make_float4(__fmul_rn(b.x, kXScale), __fmul_rn(b.y, kXScale), __fmul_rn(b.z, kXScale),
+                       __fmul_rn(b.w, kXScale));
   }
 }
 
-// Chunk c of the lane's current super-block (elements kb.. of the staged tile) for both columns
-// and every row, into acc.
-template <int R, int c>
-__device__ __forceinline__ void chunk(const Chunk (&w)[2], const float* __restrict__ xs, int row_stride,
-                                      const float* __restrict__ xsum, int sum_stride, int kb, float (&acc)[R][2]) {
-  using namespace q4k_gemv;
-  const ChunkScales sc[2] = {chunk_scales<c>(w[0].head), chunk_scales<c>(w[1].head)};
-  float part[R][2];
+// One super-block of the lane's column (its 144 bytes at sb) against R rows of staged, scaled
+// activations: the sum of its 8 sub-blocks in order, per row, into y.
+template <int R>
+__device__ __forceinline__ void super_block(const uint8_t* __restrict__ sb, const float* __restrict__ xs,
+                                            const float* __restrict__ sums, float (&y)[R]) {
+  const uint4 head = *reinterpret_cast<const uint4*>(sb);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {  // sub-block 2c + h
-    float p[R][2][2];            // [row][column][run]
+  for (int c = 0; c < 4; ++c) {  // chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+    const uint4 lo = *reinterpret_cast<const uint4*>(sb + 16 + 32 * c);  // elements 0..15 of each
+    const uint4 hi = *reinterpret_cast<const uint4*>(sb + 32 + 32 * c);  // 16..31
+    ChunkScales sc;
+    switch (c) {
+      case 0: sc = chunk_scales<0>(head); break;
+      case 1: sc = chunk_scales<1>(head); break;
+      case 2: sc = chunk_scales<2>(head); break;
+      default: sc = chunk_scales<3>(head); break;
+    }
 #pragma unroll
-    for (int run = 0; run < 2; ++run) {
-      float q[2][16];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        if (h) nibbles<1>(run ? w[j].hi : w[j].lo, q[j]);
-        else nibbles<0>(run ? w[j].hi : w[j].lo, q[j]);
+    for (int h = 0; h < 2; ++h) {
+      float q0[16], q1[16];
+      if (h) {
+        nibbles<1>(lo, q0);
+        nibbles<1>(hi, q1);
+      } else {
+        nibbles<0>(lo, q0);
+        nibbles<0>(hi, q1);
       }
+      const int e = 64 * c + 32 * h;  // the sub-block's first element
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float xr[16];
-        load_run(xs + r * row_stride + x_at(kb + 32 * h + 16 * run), xr);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) p[r][j][run] = run_dot(xr, q[j]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float* sp = xsum + r * sum_stride;
-      const int s0 = (kb + 32 * h) / 16;
-      const float X = __fadd_rn(sp[sum_at(s0)], sp[sum_at(s0 + 1)]);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float s = h ? sc[j].s1 : sc[j].s0, m = h ? sc[j].m1 : sc[j].m0;
-        const float P = __fsub_rn(__fmul_rn(s, __fadd_rn(p[r][j][0], p[r][j][1])), __fmul_rn(m, X));
-        part[r][j] = h ? __fadd_rn(part[r][j], P) : P;
+        load_run(xs + r * q4k_gemv::kSuperElems + e, xr);
+        const float p0 = run_dot(xr, q0);
+        load_run(xs + r * q4k_gemv::kSuperElems + e + 16, xr);
+        const float p1 = run_dot(xr, q1);
+        const float X = __fadd_rn(sums[r * 16 + e / 16], sums[r * 16 + e / 16 + 1]);
+        const float s = h ? sc.s1 : sc.s0, m = h ? sc.m1 : sc.m0;
+        const float part = __fsub_rn(__fmul_rn(s, __fadd_rn(p0, p1)), __fmul_rn(m, X));
+        y[r] = (c == 0 && h == 0) ? part : __fadd_rn(y[r], part);
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) acc[r][j] = __fadd_rn(acc[r][j], part[r][j]);
 }
 
 }  // namespace q4k_detail
 
-// The work of one block (kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w [N, K] in Q4_K.
-// A lane computes 2 columns and loads its next chunk's weights while it computes the current one.
-// smem: q4k_gemv::smem_bytes(K, R) bytes of dynamic shared memory. K % 256 == 0, x 16-byte
-// aligned.
-template <int R, int kWarps>
+// The work of one block (q4k_gemv::kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w
+// [N, K] in Q4_K, columns [block * block_columns(K), ..). Calls pdl_begin() itself: the weights'
+// first copies are issued before it, while the kernel before this one still runs. smem:
+// q4k_gemv::smem_bytes(R) bytes of dynamic shared memory, 16-byte aligned. K % 256 == 0; x and
+// w 16-byte aligned.
+template <int R>
 __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, int64_t K, int64_t N, int64_t block,
-                                               float* __restrict__ smem) {
+                                               uint8_t* __restrict__ smem) {
   using namespace q4k_gemv;
   using namespace q4k_detail;
-  const int S = int(K / kSuperElems), L = lanes(S), per_lane = S / L;
-  const int tile = tile_super(S, L, R), tile_iters = tile / L;
-  const int rs = row_floats(tile), ss = sum_floats(tile);
-  float* const xs = smem;
-  float* const xsum = smem + R * rs;
-  const int lane = threadIdx.x & 31, l = lane & (L - 1);
-  const int64_t wcol = (block * kWarps + (threadIdx.x >> 5)) * warp_columns(K);
-  const int64_t col = wcol + 2 * (lane / L);  // the lane's columns col, col + 1
-  const bool warp_live = wcol < N;
-  const size_t row_bytes = size_t(S) * kSuperBytes;
-  const uint8_t* rows[2];
+  const int S = int(K / kSuperElems), P = slices(S), n = S / P, G = kWarps / P;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int g = warp / P, p = warp - g * P;  // column group, slice
+  const int64_t col = block * 32 * G + 32 * g + lane;
+  const uint8_t* wsrc = static_cast<const uint8_t*>(w) + size_t(col < N ? col : N - 1) * size_t(S) * kSuperBytes +
+                        size_t(p) * n * kSuperBytes;  // a tail lane reads the last column and drops it
+  const float* xsrc = x + int64_t(lane < R ? lane : 0) * K + int64_t(p) * n * kSuperElems;
+  uint8_t* const ring = smem + size_t(warp) * kStages * slot_bytes(R);
+  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + barrier_offset(R)) + warp * kStages;
+  float* const partial = reinterpret_cast<float*>(smem + partial_offset(R));
+  if (lane == 0) {
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
-    rows[j] = static_cast<const uint8_t*>(w) + size_t(col + j < N ? col + j : N - 1) * row_bytes;  // tail: read, drop
-  float acc[R][2];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = 0.0f;
-  // the lane's chunks in order: super-block l + i L, chunk c; the next one's weights are loaded
-  // while the current one is computed
-  Chunk cur[2], next[2];
-  auto load = [&](int i, int c, Chunk (&o)[2]) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) load_chunk(rows[j] + size_t(l + i * L) * kSuperBytes, c, o[j]);
+    for (int s = 0; s < kStages; ++s) mbar_init(bar + s);
+    mbar_init_fence();
+  }
+  __syncwarp();
+  // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes, each
+  // lane copies its column's 144 bytes, lanes 0..R-1 one activation row's 256 each
+  auto copy_weights = [&](int t) {
+    uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
+    if (lane == 0) mbar_arrive_expect(bar + t % kStages, uint32_t(kSlotX + R * kSuperElems * 4));
+    bulk_copy(slot + lane * kSuperBytes, wsrc + size_t(t) * kSuperBytes, kSuperBytes, bar + t % kStages);
   };
-  if (warp_live) load(0, 0, next);
+  auto copy_activations = [&](int t) {
+    uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
+    if (lane < R)
+      bulk_copy(slot + kSlotX + lane * kSuperElems * 4, xsrc + int64_t(t) * kSuperElems, kSuperElems * 4,
+                bar + t % kStages);
+  };
+  const int first = n < kStages ? n : kStages;
+  for (int t = 0; t < first; ++t) copy_weights(t);
+  pdl_begin();  // the activations are the kernel before's output
+  for (int t = 0; t < first; ++t) copy_activations(t);
+  float acc[R];
 #pragma unroll 1
-  for (int i0 = 0; i0 < per_lane; i0 += tile_iters) {
-    const int i1 = per_lane - i0 < tile_iters ? per_lane : i0 + tile_iters;
-    __syncthreads();  // the previous tile is no longer read
-    stage(xs, rs, xsum, ss, x, K, R, int64_t(i0) * L * kSuperElems, (i1 - i0) * L * kSuperElems);
-    __syncthreads();
-    if (!warp_live) continue;
-#pragma unroll 1
-    for (int i = i0; i < i1; ++i) {
-      const int kb = (l + (i - i0) * L) * kSuperElems;  // the super-block's first element in the tile
+  for (int t = 0; t < n; ++t) {
+    uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
+    mbar_wait(bar + t % kStages, uint32_t(t / kStages) & 1u);
+    float* xs = reinterpret_cast<float*>(slot + kSlotX);
+    float* sums = reinterpret_cast<float*>(slot + slot_sums(R));
+    scale_activations<R>(xs, sums, lane);
+    __syncwarp();
+    float y[R];
+    super_block<R>(slot + lane * kSuperBytes, xs, sums, y);
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) cur[j] = next[j];
-        if (c < 3) load(i, c + 1, next);
-        else if (i + 1 < per_lane) load(i + 1, 0, next);
-        switch (c) {
-          case 0: chunk<R, 0>(cur, xs, rs, xsum, ss, kb + 0, acc); break;
-          case 1: chunk<R, 1>(cur, xs, rs, xsum, ss, kb + 64, acc); break;
-          case 2: chunk<R, 2>(cur, xs, rs, xsum, ss, kb + 128, acc); break;
-          default: chunk<R, 3>(cur, xs, rs, xsum, ss, kb + 192, acc); break;
-        }
-      }
+    for (int r = 0; r < R; ++r) acc[r] = t ? __fadd_rn(acc[r], y[r]) : y[r];
+    if (t + kStages < n) {  // refill the slot once every lane is done with it
+      fence_proxy_async();
+      __syncwarp();
+      copy_weights(t + kStages);
+      copy_activations(t + kStages);
     }
   }
-  if (!warp_live) return;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float v = acc[r][j];
-      for (int o = L >> 1; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-      if (l == 0 && col + j < N) out[int64_t(r) * N + col + j] = v;
-    }
+  for (int r = 0; r < R; ++r) partial[(warp * R + r) * 32 + lane] = acc[r];
+  __syncthreads();
+  for (int o = int(threadIdx.x); o < G * R * 32; o += kWarps * 32) {
+    const int gg = o / (R * 32), r = (o / 32) % R, l = o % 32;
+    float v = partial[(gg * P * R + r) * 32 + l];
+    for (int q = 1; q < P; ++q) v = __fadd_rn(v, partial[((gg * P + q) * R + r) * 32 + l]);
+    const int64_t c = block * 32 * G + 32 * gg + l;
+    if (c < N) out[int64_t(r) * N + c] = v;
   }
 }
 

@@ -202,6 +202,27 @@ TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
   }
 }
 
+// Two Q4_K matrices in one launch, many blocks each (K = 4096: 8 warps a column, 32 columns a
+// block; 9000 + 4100 columns are 411 blocks, more than fit on an H200 at once): every column
+// against the reference, and each matrix's bits the same launched alone as beside the other.
+TEST_F(QuantGpuTest, MatmulQ4KManyBlocks) {
+  const int64_t K = 4096;
+  Buffer w1 = quantized(DType::kQ4_K, 9000, K), w2 = quantized(DType::kQ4_K, 4100, K);
+  Buffer dw1 = up(w1), dw2 = up(w2);
+  for (int T : {1, 8}) {
+    Buffer x = random(T, K), dx = up(x);
+    check_matmul(x, w1, true, "Q4_K 9000 columns T=" + std::to_string(T));
+    Buffer o1 = gpu().alloc(DType::kF32, T, 9000), o2 = gpu().alloc(DType::kF32, T, 4100);
+    const std::vector<MatmulTarget> both = {{.out = o1, .w = dw1}, {.out = o2, .w = dw2}};
+    gpu().matmul_multi(dx, both);
+    Buffer s1 = gpu().alloc(DType::kF32, T, 9000), s2 = gpu().alloc(DType::kF32, T, 4100);
+    gpu().matmul(s1, dx, dw1);
+    gpu().matmul(s2, dx, dw2);
+    EXPECT_EQ(down(o1), down(s1)) << "T=" << T;
+    EXPECT_EQ(down(o2), down(s2)) << "T=" << T;
+  }
+}
+
 // One launch for a layer's mixed-format projections (Q4_K_M: Q4_K and Q6_K), each output the
 // bits of its own matmul.
 TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {

@@ -2,8 +2,8 @@
 // block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
 // Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K its own
-// (quant_gemv_q4k.cuh: weights streamed by the copy engine), Q6_K and Q8_0 the unit GEMV of quant_gemv.cuh, the others the plain
-// GEMV code with each 8 weights decoded in registers to ggml's dequantized values
+// (quant_gemv_q4k.cuh: weights streamed by the copy engine), Q6_K and Q8_0 the unit GEMV of
+// quant_gemv.cuh, the others the plain GEMV code with each 8 weights decoded in registers to ggml's dequantized values
 // (quant_blocks.cuh), so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
 // BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
 // and runs cuBLAS on them (matmul_quant).
@@ -21,6 +21,8 @@
 //    1 term is plain BF16 activations. Up to 256 rows the terms are stacked into one GEMM (the
 //    weights read once); beyond, one GEMM per term. See docs/cuda.md for what each costs in parity and time.
 //    F32 weights use cublasSgemm in the default math mode, which never rounds to TF32.
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver's encoder, fetched through the runtime
+
 #include <mutex>
 #include <utility>
 
@@ -263,9 +265,16 @@ inline size_t gemv_quant_smem(int R, bool q4k) {
 // (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
 // up to 255, no spills).
 // The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
+// The tensor maps of a launch's Q4_K matrices (gemv_q4k_block, one row), indexed like
+// MultiTargets.
+struct Q4kMaps {
+  CUtensorMap map[kMultiMax];
+};
+
 template <int R, bool kUnitsOnly>
 __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
-    gemv_multi_quant_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
+    gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ Q4kMaps maps, const float* __restrict__ x,
+                            int64_t K) {
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
@@ -274,7 +283,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
   if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
-    gemv_q4k_block<R>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+    gemv_q4k_block<R>(t.out[m], x, t.w[m], &maps.map[m], K, t.n[m], block, gemv_smem);
     return;
   }
   prefetch_rows(t.w[m], t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
@@ -456,6 +465,32 @@ void launch_cublas_f32(const Context& ctx, float* out, const float* x, const flo
                            &beta, out, int(N)));
 }
 
+// A Q4_K matrix [N, row_bytes] as the 2D tensor the GEMV's copies read: 32-bit words
+// [N, row_bytes / 4], boxes of one super-block (36 words) by 32 rows, rows past N read as zeros.
+// Encoding is host work only (no device call), so it may happen while a graph is captured.
+CUtensorMap q4k_tensor_map(const void* w, int64_t N, int64_t row_bytes) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    KCHECK_MSG(found == cudaDriverEntryPointSuccess && fn != nullptr,
+               "matmul: the CUDA driver has no cuTensorMapEncodeTiled, which the Q4_K GEMV needs (driver 12.0 or "
+               "later)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(row_bytes / 4), cuuint64_t(N)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
+  const cuuint32_t box[2] = {q4k_gemv::kSuperBytes / 4, 32};
+  const cuuint32_t steps[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<void*>(w), dims, strides, box, steps,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KCHECK_MSG(r == CUDA_SUCCESS, "matmul: cuTensorMapEncodeTiled failed (error ", int(r), ") for a Q4_K matrix of ", N,
+             " rows of ", row_bytes, " bytes");
+  return map;
+}
+
 template <int R, bool kUnitsOnly>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
   static std::once_flag opted_in;
@@ -464,11 +499,16 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
                                     int(kQuantGemvSmemMax)));
   });
   bool q4k = false;
-  for (int m = 0; m < mt.count; ++m) q4k = q4k || mt.dtype[m] == DType::kQ4_K;
+  Q4kMaps maps{};
+  for (int m = 0; m < mt.count; ++m) {
+    if (mt.dtype[m] != DType::kQ4_K) continue;
+    q4k = true;
+    if (R == 1) maps.map[m] = q4k_tensor_map(mt.w[m], mt.n[m], mt.row_bytes[m]);
+  }
   const size_t smem = gemv_quant_smem(R, q4k);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
-  launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, x, K);
+  launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -35,13 +35,15 @@ KESTREL_HD constexpr int block_columns(int64_t K) { return 32 * (kWarps / slices
 // the super-block's 256 activations, then each row's 16 run sums.
 constexpr int kSlotX = 32 * kSuperBytes;  // 16-byte aligned, as the bulk copies need
 KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kSuperElems * 4; }
-KESTREL_HD constexpr int slot_bytes(int R) { return slot_sums(R) + R * 16 * 4; }
+// (rounded up to 128 bytes: a tensor copy lands on a 128-byte boundary)
+KESTREL_HD constexpr int slot_bytes(int R) { return (slot_sums(R) + R * 16 * 4 + 127) / 128 * 128; }
 // Dynamic shared memory of one block for R rows: the rings, their barriers, and each warp's
 // partial sums for the reduction over a column's warps.
 KESTREL_HD constexpr size_t ring_bytes(int R) { return size_t(kWarps) * kStages * size_t(slot_bytes(R)); }
 KESTREL_HD constexpr size_t barrier_offset(int R) { return ring_bytes(R); }
 KESTREL_HD constexpr size_t partial_offset(int R) { return barrier_offset(R) + size_t(kWarps) * kStages * 8; }
-KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * 32 * 4; }
+// (plus 128 bytes to align the base)
+KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * 32 * 4 + 128; }
 
 // F32 roundings an element's product passes through on its way to the output (the GPU tests'
 // bound, gamma(n) * S'): the run's FMA chain (16), the two runs' sum, the scale, the min's

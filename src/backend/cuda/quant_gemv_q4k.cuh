@@ -3,9 +3,11 @@
 // with per-lane 16-byte loads and stalled on them: each warp load took 32 bytes of 8 rows, a
 // 144-byte super-block a row, and Nsight Compute showed 0.51 instructions issued a cycle a
 // scheduler, mostly waiting on those loads, at ~1.7 TB/s, whatever the arithmetic (a tensor-core
-// variant with 40% fewer instructions read at the same rate). Here the copy engine moves the
-// weights: cp.async.bulk into a ring of shared-memory slots, completion counted on an mbarrier,
-// so a warp's loads cost one instruction a super-block and stay in flight while it computes.
+// variant with 40% fewer instructions read at the same rate). Here the copy engine (TMA) moves
+// the weights into a ring of shared-memory slots, completion counted on an mbarrier, so a warp's
+// loads stay in flight while it computes. For one row, one 2D tensor copy a slot (a super-block
+// of each of 32 rows): copying each row's 144 bytes on its own held the kernel at one copy per
+// ~18 cycles an SM (2.0–2.1 TB/s for either shape, measured 2026-12-03), the box at 2.2–2.4.
 //  - Geometry (q4k_gemv_geometry.h): a lane is one output column; a warp is 32 columns and a
 //    contiguous 1/P of their super-blocks; P warps share the columns and their partial sums meet
 //    in shared memory at the end. A ring slot holds one super-block of each of the 32 columns
@@ -24,6 +26,8 @@
 // K, so a row has the same bits alone or among R; q4k_gemv::roundings(K) counts the roundings
 // for the error bound.
 #pragma once
+
+#include <cuda.h>  // CUtensorMap
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/q4k_gemv_geometry.h"
@@ -111,6 +115,15 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
+// A box of a 2D tensor map (element coordinates c0 along a row, c1 rows) global -> shared,
+// counted on bar; map is a kernel parameter (__grid_constant__) or in global memory.
+__device__ __forceinline__ void tensor_copy_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
 // Orders this thread's ordinary shared-memory accesses before the copy engine's later writes.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -181,23 +194,26 @@ __device__ __forceinline__ void super_block(const uint8_t* __restrict__ sb, cons
 }  // namespace q4k_detail
 
 // The work of one block (q4k_gemv::kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w
-// [N, K] in Q4_K, columns [block * block_columns(K), ..). Calls pdl_begin() itself: the weights'
-// first copies are issued before it, while the kernel before this one still runs. smem:
-// q4k_gemv::smem_bytes(R) bytes of dynamic shared memory, 16-byte aligned. K % 256 == 0; x and
-// w 16-byte aligned.
+// [N, K] in Q4_K, columns [block * block_columns(K), ..). map (read for R = 1): w as 32-bit
+// words [N, row_bytes / 4], boxes of 36 words by 32 rows (q4k_tensor_map in matmul.cu); rows
+// past N read as zeros, and their outputs are dropped. Calls pdl_begin() itself: the weights' first copies are issued
+// before it, while the kernel before this one still runs. smem: q4k_gemv::smem_bytes(R) bytes of
+// dynamic shared memory (any 16-byte alignment). K % 256 == 0; x 16-byte aligned.
 template <int R>
 __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const float* __restrict__ x,
-                                               const void* __restrict__ w, int64_t K, int64_t N, int64_t block,
-                                               uint8_t* __restrict__ smem) {
+                                               const void* __restrict__ w, const CUtensorMap* map, int64_t K,
+                                               int64_t N, int64_t block, uint8_t* __restrict__ smem) {
   using namespace q4k_gemv;
   using namespace q4k_detail;
   const int S = int(K / kSuperElems), P = slices(S), n = S / P, G = kWarps / P;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int g = warp / P, p = warp - g * P;  // column group, slice
-  const int64_t col = block * 32 * G + 32 * g + lane;
+  const int64_t col0 = block * 32 * G + 32 * g;
+  const int64_t col = col0 + lane;  // R > 1: a tail lane copies the last column's bytes, dropped
   const uint8_t* wsrc = static_cast<const uint8_t*>(w) + size_t(col < N ? col : N - 1) * size_t(S) * kSuperBytes +
-                        size_t(p) * n * kSuperBytes;  // a tail lane reads the last column and drops it
+                        size_t(p) * n * kSuperBytes;
   const float* xsrc = x + int64_t(lane < R ? lane : 0) * K + int64_t(p) * n * kSuperElems;
+  smem += (128 - (smem_addr(smem) & 127)) & 127;  // the ring's tensor copies need 128-byte aligned slots
   uint8_t* const ring = smem + size_t(warp) * kStages * slot_bytes(R);
   uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + barrier_offset(R)) + warp * kStages;
   float* const partial = reinterpret_cast<float*>(smem + partial_offset(R));
@@ -207,12 +223,18 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
     mbar_init_fence();
   }
   __syncwarp();
-  // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes, each
-  // lane copies its column's 144 bytes, lanes 0..R-1 one activation row's 256 each
+  // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes; the
+  // 32 columns' 144 bytes come as one box for one row, as a copy a lane for R > 1 (where the box
+  // measured slower: 569 -> 353 GB/s at R = 8, 12288 x 4096, 2026-12-03; not yet understood);
+  // lanes 0..R-1 copy one activation row's 256 each
   auto copy_weights = [&](int t) {
     uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
     if (lane == 0) mbar_arrive_expect(bar + t % kStages, uint32_t(kSlotX + R * kSuperElems * 4));
-    bulk_copy(slot + lane * kSuperBytes, wsrc + size_t(t) * kSuperBytes, kSuperBytes, bar + t % kStages);
+    if constexpr (R == 1) {
+      if (lane == 0) tensor_copy_2d(slot, map, (p * n + t) * (kSuperBytes / 4), int(col0), bar + t % kStages);
+    } else {
+      bulk_copy(slot + lane * kSuperBytes, wsrc + size_t(t) * kSuperBytes, kSuperBytes, bar + t % kStages);
+    }
   };
   auto copy_activations = [&](int t) {
     uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
@@ -251,7 +273,7 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
     const int gg = o / (R * 32), r = (o / 32) % R, l = o % 32;
     float v = partial[(gg * P * R + r) * 32 + l];
     for (int q = 1; q < P; ++q) v = __fadd_rn(v, partial[((gg * P + q) * R + r) * 32 + l]);
-    const int64_t c = block * 32 * G + 32 * gg + l;
+    const int64_t c = col0 - 32 * g + 32 * gg + l;
     if (c < N) out[int64_t(r) * N + c] = v;
   }
 }

@@ -3,9 +3,9 @@
 //
 // Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K its own
 // (quant_gemv_q4k.cuh: weights streamed by the copy engine), Q6_K and Q8_0 the unit GEMV of
-// quant_gemv.cuh, the others the plain GEMV code with each 8 weights decoded in registers to ggml's dequantized values
-// (quant_blocks.cuh), so a layer's mixed-format projections share one launch; prefill dequantizes the weight to
-// BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
+// quant_gemv.cuh, the others the plain GEMV code with each 8 weights decoded in registers to
+// ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
+// launch; prefill dequantizes the weight to BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
 // and runs cuBLAS on them (matmul_quant).
 //
 // Plain dtypes take two paths:
@@ -235,8 +235,8 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
   else gemv_rows_block<Q, R>(t.out[m], PlainX{x}, t.w[m], K, t.n[m], block, xs);
 }
 
-// Output columns per warp of the block GEMV over R rows (Q4_K: 32 / P, q4k_gemv_geometry.h,
-// whatever R): the unit GEMV (Q6_K, Q8_0) takes 2 for one row
+// Output columns per warp of the block GEMV over R rows (Q4_K: 32, each warp 1/P of their
+// super-blocks, q4k_gemv_geometry.h, whatever R): the unit GEMV (Q6_K, Q8_0) takes 2 for one row
 // (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
 // 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
@@ -249,7 +249,7 @@ inline int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
 // Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings when a matrix
-// is Q4_K (93 KB for one row, 221 KB for 8), else R rows of the activation tile. The kernels are
+// is Q4_K (91 KiB for one row, 216 KiB for 8), else R rows of the activation tile. The kernels are
 // opted in to the largest once.
 static_assert(kGemvWarps == q4k_gemv::kWarps, "the Q4_K GEMV's blocks are the GEMV's");
 constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
@@ -258,19 +258,19 @@ inline size_t gemv_quant_smem(int R, bool q4k) {
   return q4k ? std::max(tile, q4k_gemv::smem_bytes(R)) : tile;
 }
 
-// kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
-// kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM:
-// the Q4_K GEMV takes 124 without spilling; capped at 80 for 3 blocks it spilled and measured
-// 1774 / 1524 GB/s against 1695 / 1638, and the same 9B Q4_K_M decode); R > 1 is not capped
-// (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
-// up to 255, no spills).
-// The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 // The tensor maps of a launch's Q4_K matrices (gemv_q4k_block, one row), indexed like
 // MultiTargets.
 struct Q4kMaps {
   CUtensorMap map[kMultiMax];
 };
 
+// kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
+// kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM,
+// as many as the Q4_K GEMV's 91 KiB of rings allow; it takes 121 without spilling. The Q4_K
+// kernel before it, capped at 80 for 3 blocks, spilled and measured slower); R > 1 is not capped
+// (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
+// up to 255, no spills).
+// The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 template <int R, bool kUnitsOnly>
 __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ Q4kMaps maps, const float* __restrict__ x,

@@ -379,6 +379,15 @@ size_t scan_mma_smem(int dk) {
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) { return bf16x2_bits(__floats2bfloat162_rn(lo, hi)); }
 
+// The mma B fragment of the F32 state Sf ([dk][kSp]) for column n: rows k0, k0 + 1 (b0) and
+// k0 + 8, k0 + 9 (b1), rounded to BF16; negated for kNeg (phase 1's V' = U - W S).
+template <bool kNeg>
+__device__ __forceinline__ void state_frag(const float* __restrict__ Sf, int k0, int n, uint32_t& b0, uint32_t& b1) {
+  auto at = [&](int k) { return kNeg ? -Sf[k * kSp + n] : Sf[k * kSp + n]; };
+  b0 = pack_bf16(at(k0), at(k0 + 1));
+  b1 = pack_bf16(at(k0 + 8), at(k0 + 9));
+}
+
 // rows x cols F32 (contiguous) -> BF16 at row stride ld, four elements a thread at a time.
 __device__ __forceinline__ void round_tile(__nv_bfloat16* __restrict__ dst, int ld, const float* __restrict__ src,
                                            int cols) {
@@ -456,9 +465,8 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restric
       const int k0 = 16 * kt + 2 * c;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int n = nb + 8 * j + g;
-        const uint32_t b0 = pack_bf16(-Sf[k0 * kSp + n], -Sf[(k0 + 1) * kSp + n]);
-        const uint32_t b1 = pack_bf16(-Sf[(k0 + 8) * kSp + n], -Sf[(k0 + 9) * kSp + n]);
+        uint32_t b0, b1;
+        state_frag<true>(Sf, k0, nb + 8 * j + g, b0, b1);
         mma16816(v[j], a, b0, b1);
       }
     }
@@ -479,9 +487,8 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restric
       const int k0 = 16 * kt + 2 * c;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int n = nb + 8 * j + g;
-        const uint32_t b0 = pack_bf16(Sf[k0 * kSp + n], Sf[(k0 + 1) * kSp + n]);
-        const uint32_t b1 = pack_bf16(Sf[(k0 + 8) * kSp + n], Sf[(k0 + 9) * kSp + n]);
+        uint32_t b0, b1;
+        state_frag<false>(Sf, k0, nb + 8 * j + g, b0, b1);
         mma16816(o[j], a, b0, b1);
       }
     }

@@ -206,42 +206,47 @@ TEST_F(DeltaRuleTest, Bf16PrecisionScanOnTensorCores) {
 // A sequence's outputs and state are the same bits alone or batched with others (decode rows,
 // other prefills, chunked or not), at the default precision and at bf16 (the tensor-core scan).
 TEST_F(DeltaRuleTest, BatchedEqualsAlone) {
+  auto check = [&](const std::string& what) {
+    DeltaNetConfig cfg{.n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
+    const int nv = 4, state_cols = nv * 128 * 128;
+    const std::pair<int, int> target = {30, 300};
+    const std::vector<std::pair<int, int>> batch = {{7, 1}, {64, 200}, target, {100, 20}};
+    StepPlan alone = make_plan({target}, 10, rng_), mixed = make_plan(batch, 10, rng_);
+    const int64_t T = mixed.n_rows(), target_row = mixed.seqs[2].row_begin;
+    Buffer qkv = random(T, cfg.conv_dim()), a = random(T, nv), b = random(T, nv);
+    Buffer a_neg = random(1, nv), dt_bias = random(1, nv, 0.5f);
+    for (int i = 0; i < nv; ++i) a_neg.view().f32()[i] = -std::exp(a_neg.view().f32()[i] * 0.5f) * 0.1f;
+    Buffer ssm = random(4, state_cols, 0.1f);
+    Buffer dqkv = up(qkv), da = up(a), db = up(b), dan = up(a_neg), ddt = up(dt_bias);
+    // batched: the target in slot 2
+    Buffer dssm = up(ssm), out = gpu().alloc(DType::kF32, T, nv * 128);
+    gpu().begin_step(mixed);
+    gpu().gated_delta_rule(out, dqkv, da, db, dan, ddt, {.conv = {}, .ssm = dssm}, cfg, mixed);
+    const std::vector<float> o_mixed = down(out), s_mixed = down(dssm);
+    // alone: its rows and slot 2's state copied into slot 0
+    Buffer s_one = cpu_.alloc(DType::kF32, 1, state_cols);
+    std::memcpy(s_one.view().f32(), ssm.view().f32() + 2 * int64_t(state_cols), size_t(state_cols) * 4);
+    Buffer dssm1 = up(s_one), out1 = gpu().alloc(DType::kF32, target.second, nv * 128);
+    auto rows = [&](const Buffer& x) { return x.view().rows_slice(target_row, target.second); };
+    gpu().begin_step(alone);
+    gpu().gated_delta_rule(out1, rows(dqkv), rows(da), rows(db), dan, ddt, {.conv = {}, .ssm = dssm1}, cfg, alone);
+    const std::vector<float> o_one = down(out1), s_alone = down(dssm1);
+    const std::vector<float> o_part(o_mixed.begin() + target_row * nv * 128,
+                                    o_mixed.begin() + (target_row + target.second) * nv * 128);
+    const std::vector<float> s_part(s_mixed.begin() + 2 * int64_t(state_cols),
+                                    s_mixed.begin() + 3 * int64_t(state_cols));
+    EXPECT_EQ(o_one, o_part) << what;
+    EXPECT_EQ(s_alone, s_part) << what;
+  };
 #ifdef KESTREL_HAVE_CUDA
+  auto& cuda = static_cast<CudaOps&>(gpu());
   for (MatmulPrecision p : {MatmulPrecision::kBf16x3, MatmulPrecision::kBf16}) {
-  static_cast<CudaOps&>(gpu()).set_matmul_precision(p);
-#endif
-  DeltaNetConfig cfg{.n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};
-  const int nv = 4, state_cols = nv * 128 * 128;
-  const std::pair<int, int> target = {30, 300};
-  const std::vector<std::pair<int, int>> batch = {{7, 1}, {64, 200}, target, {100, 20}};
-  StepPlan alone = make_plan({target}, 10, rng_), mixed = make_plan(batch, 10, rng_);
-  const int64_t T = mixed.n_rows(), target_row = mixed.seqs[2].row_begin;
-  Buffer qkv = random(T, cfg.conv_dim()), a = random(T, nv), b = random(T, nv);
-  Buffer a_neg = random(1, nv), dt_bias = random(1, nv, 0.5f);
-  for (int i = 0; i < nv; ++i) a_neg.view().f32()[i] = -std::exp(a_neg.view().f32()[i] * 0.5f) * 0.1f;
-  Buffer ssm = random(4, state_cols, 0.1f);
-  Buffer dqkv = up(qkv), da = up(a), db = up(b), dan = up(a_neg), ddt = up(dt_bias);
-  // batched: the target in slot 2
-  Buffer dssm = up(ssm), out = gpu().alloc(DType::kF32, T, nv * 128);
-  gpu().begin_step(mixed);
-  gpu().gated_delta_rule(out, dqkv, da, db, dan, ddt, {.conv = {}, .ssm = dssm}, cfg, mixed);
-  const std::vector<float> o_mixed = down(out), s_mixed = down(dssm);
-  // alone: its rows and slot 2's state copied into slot 0
-  Buffer s_one = cpu_.alloc(DType::kF32, 1, state_cols);
-  std::memcpy(s_one.view().f32(), ssm.view().f32() + 2 * int64_t(state_cols), size_t(state_cols) * 4);
-  Buffer dssm1 = up(s_one), out1 = gpu().alloc(DType::kF32, target.second, nv * 128);
-  auto rows = [&](const Buffer& x) { return x.view().rows_slice(target_row, target.second); };
-  gpu().begin_step(alone);
-  gpu().gated_delta_rule(out1, rows(dqkv), rows(da), rows(db), dan, ddt, {.conv = {}, .ssm = dssm1}, cfg, alone);
-  const std::vector<float> o_one = down(out1), s_alone = down(dssm1);
-  const std::vector<float> o_part(o_mixed.begin() + target_row * nv * 128,
-                                  o_mixed.begin() + (target_row + target.second) * nv * 128);
-  const std::vector<float> s_part(s_mixed.begin() + 2 * int64_t(state_cols), s_mixed.begin() + 3 * int64_t(state_cols));
-  EXPECT_EQ(o_one, o_part);
-  EXPECT_EQ(s_alone, s_part);
-#ifdef KESTREL_HAVE_CUDA
+    cuda.set_matmul_precision(p);
+    check(std::string("precision ") + matmul_precision_name(p));
   }
-  static_cast<CudaOps&>(gpu()).set_matmul_precision(MatmulPrecision::kBf16x3);
+  cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
+#else
+  check("");
 #endif
 }
 

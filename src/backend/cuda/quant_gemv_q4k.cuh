@@ -196,9 +196,9 @@ __device__ __forceinline__ void super_block(const uint8_t* __restrict__ sb, cons
 // The work of one block (q4k_gemv::kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w
 // [N, K] in Q4_K, columns [block * block_columns(K), ..). map (read for R = 1): w as 32-bit
 // words [N, row_bytes / 4], boxes of 36 words by 32 rows (q4k_tensor_map in matmul.cu); rows
-// past N read as zeros, and their outputs are dropped. Calls pdl_begin() itself: the weights' first copies are issued
-// before it, while the kernel before this one still runs. smem: q4k_gemv::smem_bytes(R) bytes of
-// dynamic shared memory (any 16-byte alignment). K % 256 == 0; x 16-byte aligned.
+// past N read as zeros, and their outputs are dropped. Calls pdl_begin() itself: the weights'
+// first copies are issued before it, while the kernel before this one still runs. smem:
+// q4k_gemv::smem_bytes(R) bytes of dynamic shared memory (any 16-byte alignment). K % 256 == 0; x 16-byte aligned.
 template <int R>
 __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, const CUtensorMap* map, int64_t K,
@@ -208,7 +208,7 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
   const int S = int(K / kSuperElems), P = slices(S), n = S / P, G = kWarps / P;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int g = warp / P, p = warp - g * P;  // column group, slice
-  const int64_t col0 = block * 32 * G + 32 * g;
+  const int64_t block_col = block * 32 * G, col0 = block_col + 32 * g;  // the block's, the warp's first column
   const int64_t col = col0 + lane;  // R > 1: a tail lane copies the last column's bytes, dropped
   const uint8_t* wsrc = static_cast<const uint8_t*>(w) + size_t(col < N ? col : N - 1) * size_t(S) * kSuperBytes +
                         size_t(p) * n * kSuperBytes;
@@ -273,7 +273,7 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
     const int gg = o / (R * 32), r = (o / 32) % R, l = o % 32;
     float v = partial[(gg * P * R + r) * 32 + l];
     for (int q = 1; q < P; ++q) v = __fadd_rn(v, partial[((gg * P + q) * R + r) * 32 + l]);
-    const int64_t c = col0 - 32 * g + 32 * gg + l;
+    const int64_t c = block_col + 32 * gg + l;
     if (c < N) out[int64_t(r) * N + c] = v;
   }
 }

@@ -9,12 +9,15 @@
 //    quant_gemv_q4k.cuh): a lane sums x * q over each run of 16 elements (an FMA chain) and
 //    applies the run's scale s and min m once (s * sum(x q) - m * sum(x)); an element's product
 //    passes through at most n roundings, n = 16 (chain) + 3 (scale, min, run pair) +
-//    ceil(K / 1024) (the lane's steps) + 5 (warp tree) for Q6_K / Q8_0 and
-//    q4k_gemv::roundings(K) for Q4_K (its lanes' geometry), and ggml's dequantized w_i is within
-//    2u (|s q_i| + |m|) of s q_i - m, so |err| <= gamma(n) * S', S' = sum_i |x_i| (|s q_i| + |m|)
-//    <= sum_i |x_i| (|w_i| + 2 |m_i|) / (1 - 2u), m_i read back by dequantizing the block with
-//    its quants zeroed (S' = S up to rounding for the formats without a min). Folding the min
-//    out of the sum is what makes S' (not S) the scale: s q and m may nearly cancel in w.
+//    ceil(K / 1024) (the lane's steps) + 5 (warp tree) for Q8_0 and the Q6_K matrices the unit
+//    GEMV takes, q4k_gemv::roundings(K) for Q4_K and q6k_gemv::roundings(K) for the Q6_K ones
+//    the copy-engine GEMV takes (q6k_gemv::supported(K): their geometry), and ggml's dequantized
+//    w_i is within 2u (|s q_i| + |m|) of s q_i - m, so |err| <= gamma(n) * S', S' = sum_i |x_i|
+//    (|s q_i| + |m|) <= sum_i |x_i| (|w_i| + 2 |m_i|) / (1 - 2u), m_i read back by dequantizing
+//    the block with its quants zeroed (S' = S up to rounding for the formats without a min; the
+//    copy-engine Q6_K GEMV sums its quants unsigned, 0..63, and takes its offset 32 out as a min
+//    m = 32 s). Folding the min out of the sum is what makes S' (not S) the scale: s q and m may
+//    nearly cancel in w.
 //  - GEMV path, Q5_0 / Q5_1 / Q5_K / MXFP4: the dequantized weights are exact, each product and
 //    sum is one F32 rounding, and an element passes through at most 1 (product) + 8 (dot8) +
 //    K / 256 (a lane's steps) + 5 (warp tree) + 1 (the output) of them:
@@ -31,7 +34,7 @@
 #include <cstring>
 #include <functional>
 
-#include "backend/cuda/q4k_gemv_geometry.h"
+#include "backend/cuda/block_gemv_geometry.h"
 #include "gpu_test_util.h"
 #include "ops/step_plan.h"
 #include "quant/blocks.h"
@@ -67,18 +70,27 @@ class QuantGpuTest : public GpuTest {
                             q.cols, f.view().f32() + r * q.cols);
     return f;
   }
-  // Each element's min m_i (0 for the formats without one): the blocks dequantized with their
-  // quants zeroed give -m_i (Q4_K: d1 * 0 - m1).
+  // Each element's min m_i (0 for the formats without one) as the GEMV takes it: the blocks
+  // dequantized with their quants zeroed give -m_i (Q4_K: d1 * 0 - m1; Q6_K in the copy-engine
+  // GEMV: d sc (0 - 32)).
   static Buffer mins(const Tensor& q) {
     Buffer f = host_buffer(DType::kF32, q.rows, q.cols);
     std::fill_n(f.view().f32(), size_t(q.rows * q.cols), 0.0f);
-    if (q.dtype != DType::kQ4_K) return f;
+    const bool q6k = q.dtype == DType::kQ6_K && q6k_gemv::supported(q.cols);
+    if (q.dtype != DType::kQ4_K && !q6k) return f;
     std::vector<uint8_t> row(q.row_bytes());
     for (int64_t r = 0; r < q.rows; ++r) {
       std::memcpy(row.data(), static_cast<const uint8_t*>(q.data) + size_t(r) * q.row_bytes(), row.size());
-      for (size_t b = 0; b < row.size(); b += sizeof(quant::BlockQ4_K))
-        std::memset(row.data() + b + offsetof(quant::BlockQ4_K, qs), 0, sizeof(quant::BlockQ4_K::qs));
-      quant::dequantize_row(GgmlType::kQ4_K, row.data(), q.cols, f.view().f32() + r * q.cols);
+      if (q6k) {
+        for (size_t b = 0; b < row.size(); b += sizeof(quant::BlockQ6_K)) {
+          std::memset(row.data() + b + offsetof(quant::BlockQ6_K, ql), 0, sizeof(quant::BlockQ6_K::ql));
+          std::memset(row.data() + b + offsetof(quant::BlockQ6_K, qh), 0, sizeof(quant::BlockQ6_K::qh));
+        }
+      } else {
+        for (size_t b = 0; b < row.size(); b += sizeof(quant::BlockQ4_K))
+          std::memset(row.data() + b + offsetof(quant::BlockQ4_K, qs), 0, sizeof(quant::BlockQ4_K::qs));
+      }
+      quant::dequantize_row(*dtype_to_ggml(q.dtype), row.data(), q.cols, f.view().f32() + r * q.cols);
     }
     return f;
   }
@@ -106,8 +118,9 @@ class QuantGpuTest : public GpuTest {
     const std::vector<float> o = down(out);
     const double u = std::ldexp(1.0, -24);
     const bool units = gemv && unit_gemv(w.dtype);
-    const double n_round =
-        w.dtype == DType::kQ4_K ? double(q4k_gemv::roundings(K)) : 26.0 + double((K + 1023) / 1024);
+    const double n_round = w.dtype == DType::kQ4_K                                ? double(q4k_gemv::roundings(K))
+                           : w.dtype == DType::kQ6_K && q6k_gemv::supported(K) ? double(q6k_gemv::roundings(K))
+                                                                                 : 26.0 + double((K + 1023) / 1024);
     const double bound = units  ? n_round * u / (1 - n_round * u) / (1 - 2 * u)
                          : gemv ? (15.0 + double(K) / 256) * u
                                 : std::ldexp(1.0, -14) + double(K + 4) * u;
@@ -184,7 +197,7 @@ TEST_F(QuantGpuTest, MatmulRowsBitIdenticalToAlone) {
   }
 }
 
-// The Q4_K GEMV's geometry follows K (q4k_gemv_geometry.h): P warps a column (8 for 16 or 48
+// The Q4_K GEMV's geometry follows K (block_gemv_geometry.h): P warps a column (8 for 16 or 48
 // super-blocks, 4 for 12, 2 for 14, 1 for an odd count), each a contiguous 1/P of the
 // super-blocks streamed through a ring of 2 slots (refilled when a warp has more than 2: K =
 // 12288, 20480). Each against the reference, over a partial last block of columns (45 columns:
@@ -202,24 +215,52 @@ TEST_F(QuantGpuTest, MatmulQ4KGeometries) {
   }
 }
 
-// Two Q4_K matrices in one launch, many blocks each (K = 4096: 8 warps a column, 32 columns a
-// block; 9000 + 4100 columns are 411 blocks, more than fit on an H200 at once): every column
-// against the reference, and each matrix's bits the same launched alone as beside the other.
-TEST_F(QuantGpuTest, MatmulQ4KManyBlocks) {
+// The Q6_K GEMV on the copy engine (q6k_gemv::supported: rows of 8, 16, 24, 48 super-blocks, so
+// one to six a warp, the ring refilled past two) against the reference for 1, 3 and 8 rows over
+// a partial last block (45 columns, 16 a block), each row's bits the same alone as among 8; and
+// K = 2816 (11 super-blocks), which stays on the unit GEMV, the same way.
+TEST_F(QuantGpuTest, MatmulQ6KGeometries) {
+  for (int64_t K : {2048, 4096, 6144, 12288, 2816}) {
+    const int64_t N = 45;
+    Buffer w = quantized(DType::kQ6_K, N, K), dw = up(w);
+    double e = 0;
+    for (int T : {1, 3, 8}) {
+      Buffer x = random(T, K);
+      e = std::max(e, check_matmul(x, w, true, "Q6_K K=" + std::to_string(K) + " T=" + std::to_string(T)));
+    }
+    Buffer x = random(8, K), dx = up(x), all = gpu().alloc(DType::kF32, 8, N);
+    gpu().matmul(all, dx, dw);
+    expect_rows_as_alone(dx, dw, down(all), {0, 5, 7}, "Q6_K K=" + std::to_string(K));
+    std::printf("Q6K K=%ld copy engine %d roundings %d worst |err|/S' %.2e\n", long(K), int(q6k_gemv::supported(K)),
+                q6k_gemv::supported(K) ? q6k_gemv::roundings(K) : int(26 + (K + 1023) / 1024), e);
+  }
+}
+
+// Two matrices in one launch, many blocks each (K = 4096: 8 warps a column, 32 Q4_K or 16 Q6_K
+// columns a block; more blocks than fit on an H200 at once), as a Q4_K_M layer pairs them: every
+// column against the reference, and each matrix's bits the same launched alone as beside the
+// other.
+TEST_F(QuantGpuTest, MatmulCopyEngineManyBlocks) {
   const int64_t K = 4096;
-  Buffer w1 = quantized(DType::kQ4_K, 9000, K), w2 = quantized(DType::kQ4_K, 4100, K);
-  Buffer dw1 = up(w1), dw2 = up(w2);
-  for (int T : {1, 8}) {
-    Buffer x = random(T, K), dx = up(x);
-    check_matmul(x, w1, true, "Q4_K 9000 columns T=" + std::to_string(T));
-    Buffer o1 = gpu().alloc(DType::kF32, T, 9000), o2 = gpu().alloc(DType::kF32, T, 4100);
-    const std::vector<MatmulTarget> both = {{.out = o1, .w = dw1}, {.out = o2, .w = dw2}};
-    gpu().matmul_multi(dx, both);
-    Buffer s1 = gpu().alloc(DType::kF32, T, 9000), s2 = gpu().alloc(DType::kF32, T, 4100);
-    gpu().matmul(s1, dx, dw1);
-    gpu().matmul(s2, dx, dw2);
-    EXPECT_EQ(down(o1), down(s1)) << "T=" << T;
-    EXPECT_EQ(down(o2), down(s2)) << "T=" << T;
+  const std::pair<DType, DType> pairs[] = {
+      {DType::kQ4_K, DType::kQ4_K}, {DType::kQ6_K, DType::kQ6_K}, {DType::kQ6_K, DType::kQ4_K}};
+  for (auto [dt1, dt2] : pairs) {
+    const int64_t n1 = dt1 == DType::kQ4_K ? 9000 : 5000, n2 = dt2 == DType::kQ4_K ? 4100 : 2100;
+    Buffer w1 = quantized(dt1, n1, K), w2 = quantized(dt2, n2, K);
+    Buffer dw1 = up(w1), dw2 = up(w2);
+    const std::string what = std::string(dtype_name(dt1)) + " + " + std::string(dtype_name(dt2));
+    for (int T : {1, 8}) {
+      Buffer x = random(T, K), dx = up(x);
+      check_matmul(x, w1, true, what + " first T=" + std::to_string(T));
+      Buffer o1 = gpu().alloc(DType::kF32, T, n1), o2 = gpu().alloc(DType::kF32, T, n2);
+      const std::vector<MatmulTarget> both = {{.out = o1, .w = dw1}, {.out = o2, .w = dw2}};
+      gpu().matmul_multi(dx, both);
+      Buffer s1 = gpu().alloc(DType::kF32, T, n1), s2 = gpu().alloc(DType::kF32, T, n2);
+      gpu().matmul(s1, dx, dw1);
+      gpu().matmul(s2, dx, dw2);
+      EXPECT_EQ(down(o1), down(s1)) << what << " T=" << T;
+      EXPECT_EQ(down(o2), down(s2)) << what << " T=" << T;
+    }
   }
 }
 

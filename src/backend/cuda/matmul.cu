@@ -1,8 +1,9 @@
 // matmul: out[T, N] = x[T, K] . w[N, K]^T, activations F32, weights BF16/F16/F32 or a ggml
 // block format (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), F32 out.
 //
-// Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K its own
-// (quant_gemv_q4k.cuh: weights streamed by the copy engine), Q6_K and Q8_0 the unit GEMV of
+// Block formats run one GEMV kernel for all formats (gemv_multi_quant_kernel): Q4_K and Q6_K
+// their own (quant_gemv_q4k.cuh, quant_gemv_q6k.cuh: weights streamed by the copy engine; Q6_K
+// when its rows are a multiple of 8 super-blocks), Q8_0 and other Q6_K the unit GEMV of
 // quant_gemv.cuh, the others the plain GEMV code with each 8 weights decoded in registers to
 // ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
 // launch; prefill dequantizes the weight to BF16 in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision)
@@ -27,6 +28,7 @@
 #include <utility>
 
 #include "backend/cuda/quant_gemv_q4k.cuh"
+#include "backend/cuda/quant_gemv_q6k.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -225,9 +227,10 @@ __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, i
 
 // The block-format GEMV: as gemv_multi_kernel, each matrix decoded by its own format (a branch
 // uniform over the block), so a Q4_K_M layer's Q4_K and Q6_K projections share one launch, and
-// matmul of one block-format matrix is this kernel with one target. Q4_K, Q6_K and Q8_0 take
-// the unit GEMV of quant_gemv.cuh (a lane per 32 elements, scales folded out of the inner sums);
-// Q5_0, Q5_1, Q5_K and MXFP4 the GEMV code above with each 8 weights decoded by load8.
+// matmul of one block-format matrix is this kernel with one target. Q4_K and Q6_K take the
+// copy-engine GEMVs (Q6_K where q6k_gemv::supported(K)); Q8_0 and other Q6_K the unit GEMV of
+// quant_gemv.cuh (a lane per 32 elements, scales folded out of the inner sums); Q5_0, Q5_1,
+// Q5_K and MXFP4 the GEMV code above with each 8 weights decoded by load8.
 template <typename Q, int R>
 __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, const float* __restrict__ x, int64_t K,
                                                  int64_t block, float* __restrict__ xs) {
@@ -235,8 +238,9 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
   else gemv_rows_block<Q, R>(t.out[m], PlainX{x}, t.w[m], K, t.n[m], block, xs);
 }
 
-// Output columns per warp of the block GEMV over R rows (Q4_K: 32, each warp 1/P of their
-// super-blocks, q4k_gemv_geometry.h, whatever R): the unit GEMV (Q6_K, Q8_0) takes 2 for one row
+// Output columns per warp of the block GEMV over R rows (Q4_K: 32, Q6_K on the copy engine: 16,
+// each warp 1/P of their super-blocks, block_gemv_geometry.h, whatever R): the unit GEMV (Q8_0,
+// other Q6_K) takes 2 for one row
 // (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
 // 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
@@ -246,44 +250,53 @@ inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType:
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
 inline int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
   if (dt == DType::kQ4_K) return q4k_gemv::block_columns(K);
+  if (dt == DType::kQ6_K && q6k_gemv::supported(K)) return q6k_gemv::block_columns(K);
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
 // Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings when a matrix
-// is Q4_K (91 KiB for one row, 216 KiB for 8), else R rows of the activation tile. The kernels are
-// opted in to the largest once.
-static_assert(kGemvWarps == q4k_gemv::kWarps, "the Q4_K GEMV's blocks are the GEMV's");
+// is Q4_K (91 KiB for one row, 216 KiB for 8), the Q6_K GEMV's (80 KiB, 202 KiB), else R rows of
+// the activation tile. The kernels are opted in to the largest once.
+static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
+              "the copy-engine GEMVs' blocks are the GEMV's");
 constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
-inline size_t gemv_quant_smem(int R, bool q4k) {
-  const size_t tile = R > 1 ? size_t(R) * kGemvTileK * sizeof(float) : 16;
-  return q4k ? std::max(tile, q4k_gemv::smem_bytes(R)) : tile;
+inline size_t gemv_quant_smem(int R, bool q4k, bool q6k) {
+  size_t bytes = R > 1 ? size_t(R) * kGemvTileK * sizeof(float) : 16;
+  if (q4k) bytes = std::max(bytes, q4k_gemv::smem_bytes(R));
+  if (q6k) bytes = std::max(bytes, q6k_gemv::smem_bytes(R));
+  return bytes;
 }
 
-// The tensor maps of a launch's Q4_K matrices (gemv_q4k_block, one row), indexed like
-// MultiTargets.
-struct Q4kMaps {
+// The tensor maps of a launch's matrices that the copy-engine GEMVs read as tensors (Q4_K for
+// one row, Q6_K for any), indexed like MultiTargets.
+struct TmaMaps {
   CUtensorMap map[kMultiMax];
 };
 
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
 // kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM,
-// as many as the Q4_K GEMV's 91 KiB of rings allow; it takes 121 without spilling. The Q4_K
+// as many as the Q4_K GEMV's 91 KiB of rings allow; it takes 121 without spilling, the Q6_K
+// GEMV's 80 KiB likewise. The Q4_K
 // kernel before it, capped at 80 for 3 blocks, spilled and measured slower); R > 1 is not capped
 // (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
 // up to 255, no spills).
 // The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
 template <int R, bool kUnitsOnly>
 __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
-    gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ Q4kMaps maps, const float* __restrict__ x,
+    gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
                             int64_t K) {
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
-  // gemv_quant_smem(R, ..) bytes: the Q4_K GEMV's rings, or the other formats' activation tile
+  // gemv_quant_smem(R, ..) bytes: the copy-engine GEMVs' rings, or the other formats' activation tile
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
   if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
     gemv_q4k_block<R>(t.out[m], x, t.w[m], &maps.map[m], K, t.n[m], block, gemv_smem);
+    return;
+  }
+  if (dt == DType::kQ6_K && q6k_gemv::supported(K)) {  // likewise
+    gemv_q6k_block<R>(t.out[m], x, &maps.map[m], K, t.n[m], block, gemv_smem);
     return;
   }
   prefetch_rows(t.w[m], t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
@@ -465,10 +478,12 @@ void launch_cublas_f32(const Context& ctx, float* out, const float* x, const flo
                            &beta, out, int(N)));
 }
 
-// A Q4_K matrix [N, row_bytes] as the 2D tensor the GEMV's copies read: 32-bit words
-// [N, row_bytes / 4], boxes of one super-block (36 words) by 32 rows, rows past N read as zeros.
-// Encoding is host work only (no device call), so it may happen while a graph is captured.
-CUtensorMap q4k_tensor_map(const void* w, int64_t N, int64_t row_bytes) {
+// A Q4_K or Q6_K matrix [N, row_bytes] as the 2D tensor the copy-engine GEMV reads: Q4_K as
+// 32-bit words [N, row_bytes / 4], boxes of one super-block (36 words) by 32 rows; Q6_K as
+// 16-bit words [N, row_bytes / 2], boxes of 120 words (a super-block and 30 bytes) by 16 rows.
+// Rows past N, and words past a row's end, read as zeros. Encoding is host work only (no device
+// call), so it may happen while a graph is captured.
+CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_bytes) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -478,16 +493,20 @@ CUtensorMap q4k_tensor_map(const void* w, int64_t N, int64_t row_bytes) {
                "later)");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  const bool q4k = dt == DType::kQ4_K;
+  const int64_t word = q4k ? 4 : 2;
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(row_bytes / 4), cuuint64_t(N)};
+  const cuuint64_t dims[2] = {cuuint64_t(row_bytes / word), cuuint64_t(N)};
   const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
-  const cuuint32_t box[2] = {q4k_gemv::kSuperBytes / 4, 32};
+  const cuuint32_t box[2] = {q4k ? cuuint32_t(q4k_gemv::kSuperBytes / 4) : cuuint32_t(q6k_gemv::kBoxBytes / 2),
+                             q4k ? 32u : cuuint32_t(q6k_gemv::kCols)};
   const cuuint32_t steps[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<void*>(w), dims, strides, box, steps,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KCHECK_MSG(r == CUDA_SUCCESS, "matmul: cuTensorMapEncodeTiled failed (error ", int(r), ") for a Q4_K matrix of ", N,
-             " rows of ", row_bytes, " bytes");
+  const CUresult r =
+      encode(&map, q4k ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(w), dims,
+             strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KCHECK_MSG(r == CUDA_SUCCESS, "matmul: cuTensorMapEncodeTiled failed (error ", int(r), ") for a ", dtype_name(dt),
+             " matrix of ", N, " rows of ", row_bytes, " bytes");
   return map;
 }
 
@@ -498,14 +517,18 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
     CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kUnitsOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kQuantGemvSmemMax)));
   });
-  bool q4k = false;
-  Q4kMaps maps{};
+  bool q4k = false, q6k = false;
+  TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
-    if (mt.dtype[m] != DType::kQ4_K) continue;
-    q4k = true;
-    if (R == 1) maps.map[m] = q4k_tensor_map(mt.w[m], mt.n[m], mt.row_bytes[m]);
+    if (mt.dtype[m] == DType::kQ4_K) {
+      q4k = true;
+      if (R == 1) maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
+    } else if (mt.dtype[m] == DType::kQ6_K && q6k_gemv::supported(K)) {
+      q6k = true;
+      maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
+    }
   }
-  const size_t smem = gemv_quant_smem(R, q4k);
+  const size_t smem = gemv_quant_smem(R, q4k, q6k);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
   launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);

@@ -1,5 +1,7 @@
-// The bandwidth-bound block GEMV for Q6_K and Q8_0 (matmul.cu's gemv_multi_quant_kernel; Q4_K has
-// its own, quant_gemv_q4k.cuh, and this file's unit GEMV is where it came from).
+// The bandwidth-bound block GEMV for Q8_0, and for Q6_K matrices whose rows are not a multiple of
+// 8 super-blocks (matmul.cu's gemv_multi_quant_kernel; Q4_K and the other Q6_K have their own on
+// the copy engine, quant_gemv_q4k.cuh and quant_gemv_q6k.cuh, and this file's unit GEMV is where
+// they came from).
 //
 // A lane takes a whole unit of 32 elements of one weight row per step: 16 bytes of Q6_K low bits
 // and 16 of high bits, or one Q8_0 block. A unit is two runs of 16 elements, each run under one

@@ -8,18 +8,13 @@
 // loads stay in flight while it computes. For one row, one 2D tensor copy a slot (a super-block
 // of each of 32 rows): copying each row's 144 bytes on its own held the kernel at one copy per
 // ~18 cycles an SM (2.0–2.1 TB/s for either shape, measured 2026-12-03), the box at 2.2–2.4.
-//  - Geometry (q4k_gemv_geometry.h): a lane is one output column; a warp is 32 columns and a
+//  - Geometry (block_gemv_geometry.h): a lane is one output column; a warp is 32 columns and a
 //    contiguous 1/P of their super-blocks; P warps share the columns and their partial sums meet
 //    in shared memory at the end. A ring slot holds one super-block of each of the 32 columns
 //    (lane l's 144 bytes at 144 l) and the matching 256 activations of each row, copied too.
 //  - Activations are read by every lane at the same address (a broadcast), once per column.
-//  - A quant nibble permuted into an otherwise zero word IS the float q * 2^-149 (a subnormal,
-//    exact), so a weight costs a permute and an FMA. The activations are scaled in the slot by
-//    2^64 (exact): each product x 2^64 * q 2^-149 is the exact x * q scaled by 2^-85, so the FMA
-//    chain rounds it exactly as it would unscaled; the scale, taken times 2^85 (exact), undoes it.
-//    Limits no model that runs reaches: |x| < 2^64 (an RMSNorm's sum of squares overflows first),
-//    and a run's partial sums below 2^-41 are subnormal in the scaled frame (rounded to 2^-64
-//    absolute instead of 24 bits relative).
+//  - Quant nibbles become exact subnormal floats and the activations are scaled by 2^64 in the
+//    slot (block_gemv_common.cuh), so a weight costs a permute and an FMA.
 // Per column: a sub-block's y = (d sc) * (sum_run0 x q + sum_run1 x q) - (dmin m) * (X_run0 +
 // X_run1), each run an FMA chain of 16 in element order; a super-block's 8 sub-blocks summed in
 // order, the warp's super-blocks in order, then the P warps in order. The order depends only on
@@ -27,24 +22,16 @@
 // for the error bound.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap
-
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/q4k_gemv_geometry.h"
+#include "backend/cuda/block_gemv_common.cuh"
+#include "backend/cuda/block_gemv_geometry.h"
 #include "backend/cuda/quant_gemv.cuh"
 
 namespace kestrel::cuda {
 
 namespace q4k_detail {
 
-constexpr float kXScale = 18446744073709551616.0f;         // 2^64
-constexpr float kScaleUp = 38685626227668133590597632.0f;  // 2^85
-
-// Byte b of v (0..255) as the float byte * 2^-149 (a subnormal, or zero), exactly.
-template <int b>
-__device__ __forceinline__ float subnormal_byte(uint32_t v) {
-  return __uint_as_float(__byte_perm(v, 0u, 0x4440u | b));
-}
+using namespace block_gemv;
 
 // Scales (times 2^85) and mins of sub-blocks 2c and 2c + 1 from a super-block's 16-byte header
 // (get_scale_min_k4), c a compile-time chunk.
@@ -87,65 +74,6 @@ __device__ __forceinline__ void nibbles(const uint4& v, float (&q)[16]) {
   }
 }
 
-
-// The copy engine's side: an mbarrier per ring slot, armed with the bytes its copies will bring.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-}
-// Makes the barriers' initialization visible to the copy engine.
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared, counted on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-// A box of a 2D tensor map (element coordinates c0 along a row, c1 rows) global -> shared,
-// counted on bar; map is a kernel parameter (__grid_constant__) or in global memory.
-__device__ __forceinline__ void tensor_copy_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-// Orders this thread's ordinary shared-memory accesses before the copy engine's later writes.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// A slot's R rows of 256 activations, in place, times 2^64, and the sum of each run of 16 (of
-// the unscaled values: a lane's 8 in a fixed tree, then the run's 2 lanes by one xor shuffle,
-// which gives both the same bits) into sums [R][16].
-template <int R>
-__device__ __forceinline__ void scale_activations(float* __restrict__ xs, float* __restrict__ sums, int lane) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float4* p = reinterpret_cast<float4*>(xs + r * q4k_gemv::kSuperElems + 8 * lane);
-    const float4 a = p[0], b = p[1];
-    float s = __fadd_rn(__fadd_rn(__fadd_rn(a.x, a.y), __fadd_rn(a.z, a.w)),
-                        __fadd_rn(__fadd_rn(b.x, b.y), __fadd_rn(b.z, b.w)));
-    s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, 1));
-    if ((lane & 1) == 0) sums[r * 16 + lane / 2] = s;
-    p[0] = make_float4(__fmul_rn(a.x, kXScale), __fmul_rn(a.y, kXScale), __fmul_rn(a.z, kXScale),
-                       __fmul_rn(a.w, kXScale));
-    p[1] = make_float4(__fmul_rn(b.x, kXScale), __fmul_rn(b.y, kXScale), __fmul_rn(b.z, kXScale),
-                       __fmul_rn(b.w, kXScale));
-  }
-}
 
 // One super-block of the lane's column (its 144 bytes at sb) against R rows of staged, scaled
 // activations: the sum of its 8 sub-blocks in order, per row, into y.

@@ -1,0 +1,109 @@
+// How the CUDA Q4_K and Q6_K GEMVs (quant_gemv_q4k.cuh, quant_gemv_q6k.cuh) split a matrix over
+// warps and what each warp keeps in shared memory: here, in plain C++, because the GPU tests
+// derive their error bounds from the same geometry and the launch sizes its shared memory from it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define KESTREL_HD __host__ __device__
+#else
+#define KESTREL_HD
+#endif
+
+namespace kestrel::q4k_gemv {
+
+constexpr int kSuperElems = 256;  // elements of a Q4_K super-block
+constexpr int kSuperBytes = 144;  // its bytes: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 of quants
+constexpr int kWarps = 8;         // warps of a block
+constexpr int kMaxSlices = 8;     // warps sharing a column
+constexpr int kStages = 2;        // shared-memory slots of a warp's copy ring
+
+// Warps that share a column, each summing a contiguous 1/P of its super-blocks: the largest
+// power of two up to kMaxSlices that divides the S super-blocks of a row.
+KESTREL_HD constexpr int slices(int64_t S) {
+  int P = kMaxSlices;
+  while (P > 1 && S % P != 0) P >>= 1;
+  return P;
+}
+// Output columns of one block: a warp's lanes are 32 columns, and kWarps / P warp groups.
+KESTREL_HD constexpr int block_columns(int64_t K) { return 32 * (kWarps / slices(K / kSuperElems)); }
+
+// One slot of a warp's ring: one super-block of each of the warp's 32 columns (lane l's at
+// 144 l: the eight lanes of a 128-bit shared-memory phase fall on distinct banks), then R rows of
+// the super-block's 256 activations, then each row's 16 run sums.
+constexpr int kSlotX = 32 * kSuperBytes;  // 16-byte aligned, as the bulk copies need
+KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kSuperElems * 4; }
+// (rounded up to 128 bytes: a tensor copy lands on a 128-byte boundary)
+KESTREL_HD constexpr int slot_bytes(int R) { return (slot_sums(R) + R * 16 * 4 + 127) / 128 * 128; }
+// Dynamic shared memory of one block for R rows: the rings, their barriers, and each warp's
+// partial sums for the reduction over a column's warps.
+KESTREL_HD constexpr size_t ring_bytes(int R) { return size_t(kWarps) * kStages * size_t(slot_bytes(R)); }
+KESTREL_HD constexpr size_t barrier_offset(int R) { return ring_bytes(R); }
+KESTREL_HD constexpr size_t partial_offset(int R) { return barrier_offset(R) + size_t(kWarps) * kStages * 8; }
+// (plus 128 bytes to align the base)
+KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * 32 * 4 + 128; }
+
+// F32 roundings an element's product passes through on its way to the output (the GPU tests'
+// bound, gamma(n) * S'): the run's FMA chain (16), the two runs' sum, the scale, the min's
+// subtraction (19); the super-block's eight sub-blocks summed in order (7); the warp's S / P
+// super-blocks in order (S / P - 1); the column's P warps in order (P - 1). (The min's path,
+// m * sum(x), is shorter: a run's sum of x takes 3 + 1 roundings, the pair 1, then the product
+// and the subtraction.)
+KESTREL_HD constexpr int roundings(int64_t K) {
+  const int64_t S = K / kSuperElems;
+  const int P = slices(S);
+  return int(24 + S / P + P);
+}
+
+}  // namespace kestrel::q4k_gemv
+
+namespace kestrel::q6k_gemv {
+
+// The Q6_K GEMV has Q4_K's blocks, slices and two-slot rings, with 16 columns a warp: lane l
+// takes column l % 16 and half l / 16 of each of its super-blocks (elements 128 h .. 128 h + 127:
+// 8 runs of 16, each under its own scale), and the column's two lanes add their halves.
+constexpr int kSuperElems = 256;
+constexpr int kSuperBytes = 210;  // ql[128], qh[64], 16 int8 scales, d (f16)
+constexpr int kCols = 16;         // columns of a warp
+using q4k_gemv::kMaxSlices;
+using q4k_gemv::kStages;
+using q4k_gemv::kWarps;
+using q4k_gemv::slices;
+
+// The copy engine takes the weights as a 2D tensor of 16-bit words [N, 105 S], so the row pitch
+// (210 S bytes) must be a multiple of 16: S % 8 == 0. Other Q6_K matrices take the unit GEMV
+// (quant_gemv.cuh); the choice depends on K alone, so a row's bits do not depend on R.
+KESTREL_HD constexpr bool supported(int64_t K) { return K % kSuperElems == 0 && (K / kSuperElems) % 8 == 0; }
+KESTREL_HD constexpr int block_columns(int64_t K) { return kCols * (kWarps / slices(K / kSuperElems)); }
+
+// A column's landing place in a slot: its 210 bytes and 30 of the next super-block (a box row is
+// a multiple of 16 bytes; past the row's end the copy fills zeros), 240 bytes so that the eight
+// lanes of a 128-bit shared-memory phase fall on distinct banks.
+constexpr int kBoxBytes = 240;
+constexpr int kSlotX = kCols * kBoxBytes;  // 3840
+// A row's 256 activations in a slot: half 0 at 0, half 1 at 528 bytes (16 bytes apart in bank
+// terms, so a warp's two halves read in one shared-memory wavefront).
+constexpr int kHalfPitch = 528;
+constexpr int kRowPitch = kHalfPitch + 512;  // 1040
+KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kRowPitch; }
+// (rounded up to 128 bytes: a tensor copy lands on a 128-byte boundary)
+KESTREL_HD constexpr int slot_bytes(int R) { return (slot_sums(R) + R * 16 * 4 + 127) / 128 * 128; }
+KESTREL_HD constexpr size_t ring_bytes(int R) { return size_t(kWarps) * kStages * size_t(slot_bytes(R)); }
+KESTREL_HD constexpr size_t barrier_offset(int R) { return ring_bytes(R); }
+KESTREL_HD constexpr size_t partial_offset(int R) { return barrier_offset(R) + size_t(kWarps) * kStages * 8; }
+// (plus 128 bytes to align the base)
+KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * kCols * 4 + 128; }
+
+// F32 roundings an element's product passes through (the tests' bound gamma(n) * S', S' with
+// the "min" m = 32 s: the quants are summed unsigned, s * sum(x q) - 32 s * sum(x)): the run's
+// FMA chain (16), the scale and the subtraction (18); a half's 8 runs in order (7); the two
+// halves (1); the warp's S / P super-blocks (S / P - 1); the column's P warps (P - 1).
+KESTREL_HD constexpr int roundings(int64_t K) {
+  const int64_t S = K / kSuperElems;
+  const int P = slices(S);
+  return int(24 + S / P + P);
+}
+
+}  // namespace kestrel::q6k_gemv

@@ -123,7 +123,7 @@ __device__ __forceinline__ void super_block(const uint8_t* __restrict__ sb, cons
 
 // The work of one block (q4k_gemv::kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w
 // [N, K] in Q4_K, columns [block * block_columns(K), ..). map (read for R = 1): w as 32-bit
-// words [N, row_bytes / 4], boxes of 36 words by 32 rows (q4k_tensor_map in matmul.cu); rows
+// words [N, row_bytes / 4], boxes of 36 words by 32 rows (block_tensor_map in matmul.cu); rows
 // past N read as zeros, and their outputs are dropped. Calls pdl_begin() itself: the weights'
 // first copies are issued before it, while the kernel before this one still runs. smem:
 // q4k_gemv::smem_bytes(R) bytes of dynamic shared memory (any 16-byte alignment). K % 256 == 0; x 16-byte aligned.
@@ -152,9 +152,9 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
   }
   __syncwarp();
   // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes; the
-  // 32 columns' 144 bytes come as one box for one row, as a copy a lane for R > 1 (where the box
-  // measured slower: 569 -> 353 GB/s at R = 8, 12288 x 4096, 2026-12-03; not yet understood);
-  // lanes 0..R-1 copy one activation row's 256 each
+  // 32 columns' 144 bytes come as one box for one row, as a copy a lane for R > 1 (the box for
+  // every R measured 353 GB/s at R = 8, 12288 x 4096, and this combination 347, 2026-12-03: not
+  // the copies but something else holds R > 1 back); lanes 0..R-1 copy one activation row's 256 each
   auto copy_weights = [&](int t) {
     uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
     if (lane == 0) mbar_arrive_expect(bar + t % kStages, uint32_t(kSlotX + R * kSuperElems * 4));

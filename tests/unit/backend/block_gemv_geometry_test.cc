@@ -1,0 +1,99 @@
+// The copy-engine GEMVs' geometry (backend/cuda/block_gemv_geometry.h) holds the layout rules the
+// CUDA kernels rely on but cannot check at run time: shared memory within what the kernel is
+// opted in to, slots where tensor and bulk copies may land, column pitches that put a 128-bit
+// shared-memory phase on distinct banks, boxes that cover a super-block from the 16-byte boundary
+// before it, and the Q6_K path taken exactly where the row pitch suits a tensor map. Plain C++:
+// runs without a GPU.
+#include <gtest/gtest.h>
+
+#include "backend/cuda/block_gemv_geometry.h"
+
+namespace kestrel {
+namespace {
+
+constexpr size_t kOptInSmem = size_t(227) << 10;  // matmul.cu's kQuantGemvSmemMax (an H200's opt-in limit)
+
+// Eight lanes reading 16 bytes each at `pitch` steps fall on distinct banks when the pitch is an
+// odd number of 16-byte units.
+bool phase_conflict_free(int pitch) { return pitch % 16 == 0 && (pitch / 16) % 2 == 1; }
+
+TEST(BlockGemvGeometry, SlicesArePowersOfTwoDividingTheRow) {
+  for (int64_t S = 1; S <= 96; ++S) {
+    const int P = q4k_gemv::slices(S);
+    EXPECT_TRUE(P >= 1 && P <= q4k_gemv::kMaxSlices && (P & (P - 1)) == 0) << S;
+    EXPECT_EQ(S % P, 0) << S;
+    if (P < q4k_gemv::kMaxSlices) EXPECT_NE(S % (2 * P), 0) << S;  // the largest such
+    EXPECT_EQ(q4k_gemv::kWarps % P, 0) << S;                        // whole column groups a block
+  }
+  EXPECT_EQ(q4k_gemv::slices(16), 8);  // K = 4096
+  EXPECT_EQ(q4k_gemv::slices(48), 8);  // K = 12288
+  EXPECT_EQ(q4k_gemv::slices(11), 1);  // K = 2816
+}
+
+TEST(BlockGemvGeometry, SharedMemoryFitsEveryRowCount) {
+  for (int R = 1; R <= 8; ++R) {
+    EXPECT_LE(q4k_gemv::smem_bytes(R), kOptInSmem) << "Q4_K R=" << R;
+    EXPECT_LE(q6k_gemv::smem_bytes(R), kOptInSmem) << "Q6_K R=" << R;
+    // slots on 128-byte boundaries (tensor copies), sums and activation rows on 16 (bulk copies)
+    EXPECT_EQ(q4k_gemv::slot_bytes(R) % 128, 0) << R;
+    EXPECT_EQ(q6k_gemv::slot_bytes(R) % 128, 0) << R;
+    EXPECT_EQ(q4k_gemv::slot_sums(R) % 16, 0) << R;
+    EXPECT_EQ(q6k_gemv::slot_sums(R) % 16, 0) << R;
+    EXPECT_GE(q4k_gemv::slot_bytes(R), q4k_gemv::slot_sums(R) + R * 16 * 4) << R;
+    EXPECT_GE(q6k_gemv::slot_bytes(R), q6k_gemv::slot_sums(R) + R * 16 * 4) << R;
+    EXPECT_EQ(q4k_gemv::partial_offset(R) % 16, 0) << R;
+    EXPECT_EQ(q6k_gemv::partial_offset(R) % 16, 0) << R;
+  }
+  // two blocks an SM at one row (the launch bound the kernels are compiled for)
+  EXPECT_LE(2 * (q4k_gemv::smem_bytes(1) + 1024), size_t(228) << 10);
+  EXPECT_LE(2 * (q6k_gemv::smem_bytes(1) + 1024), size_t(228) << 10);
+}
+
+TEST(BlockGemvGeometry, LandingPitchesAvoidBankConflicts) {
+  EXPECT_TRUE(phase_conflict_free(q4k_gemv::kSuperBytes));  // a Q4_K column's 144 bytes
+  EXPECT_TRUE(phase_conflict_free(q6k_gemv::kBoxBytes));    // a Q6_K column's 240
+  EXPECT_EQ(q4k_gemv::kSlotX % 16, 0);
+  EXPECT_EQ(q6k_gemv::kSlotX % 128, 0);
+  // a Q6_K row's two activation halves 16 bytes apart in bank terms: one wavefront
+  EXPECT_EQ(q6k_gemv::kHalfPitch % 16, 0);
+  EXPECT_NE((q6k_gemv::kHalfPitch / 16) % 8, 0);
+  EXPECT_GE(q6k_gemv::kHalfPitch, 512);
+  EXPECT_EQ(q6k_gemv::kRowPitch, q6k_gemv::kHalfPitch + 512);
+}
+
+TEST(BlockGemvGeometry, Q6kBoxCoversASuperBlockFromTheBoundaryBefore) {
+  // a box starts at the 16-byte boundary at or before super-block s: 2 (s % 8) bytes before it
+  for (int s = 0; s < 64; ++s) {
+    const int start = s * q6k_gemv::kSuperBytes, box = start & ~15;
+    EXPECT_EQ(start - box, 2 * (s % 8)) << s;
+    EXPECT_LE(start - box + q6k_gemv::kSuperBytes, q6k_gemv::kBoxBytes) << s;
+  }
+  EXPECT_EQ(q6k_gemv::kBoxBytes % 16, 0);  // a box row is a multiple of 16 bytes
+  EXPECT_LE(q6k_gemv::kBoxBytes / 2, 256);  // and at most 256 16-bit words
+}
+
+TEST(BlockGemvGeometry, Q6kCopyEngineExactlyWhereTheRowPitchAllowsATensorMap) {
+  for (int64_t S = 1; S <= 96; ++S) {
+    const int64_t K = S * q6k_gemv::kSuperElems, row_bytes = S * q6k_gemv::kSuperBytes;
+    EXPECT_EQ(q6k_gemv::supported(K), row_bytes % 16 == 0) << K;  // a tensor map's row stride
+  }
+  EXPECT_FALSE(q6k_gemv::supported(4096 + 100));  // not whole super-blocks
+  EXPECT_TRUE(q6k_gemv::supported(4096));
+  EXPECT_TRUE(q6k_gemv::supported(12288));
+  EXPECT_FALSE(q6k_gemv::supported(2816));
+}
+
+// The rounding counts the GPU tests' bounds take (a change of order must change them too).
+TEST(BlockGemvGeometry, RoundingCounts) {
+  EXPECT_EQ(q4k_gemv::roundings(4096), 24 + 2 + 8);
+  EXPECT_EQ(q4k_gemv::roundings(12288), 24 + 6 + 8);
+  EXPECT_EQ(q4k_gemv::roundings(2816), 24 + 11 + 1);
+  EXPECT_EQ(q6k_gemv::roundings(4096), 24 + 2 + 8);
+  EXPECT_EQ(q6k_gemv::roundings(12288), 24 + 6 + 8);
+  EXPECT_EQ(q4k_gemv::block_columns(4096), 32);
+  EXPECT_EQ(q6k_gemv::block_columns(4096), 16);
+  EXPECT_EQ(q4k_gemv::block_columns(2816), 256);
+}
+
+}  // namespace
+}  // namespace kestrel

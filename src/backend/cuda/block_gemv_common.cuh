@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/block_gemv_geometry.h"
+
 namespace kestrel::cuda::block_gemv {
 
 constexpr float kXScale = 18446744073709551616.0f;         // 2^64
@@ -81,6 +83,45 @@ __device__ __forceinline__ void scale_activations(float* __restrict__ xs, float*
                        __fmul_rn(a.w, kXScale));
     p[1] = make_float4(__fmul_rn(b.x, kXScale), __fmul_rn(b.y, kXScale), __fmul_rn(b.z, kXScale),
                        __fmul_rn(b.w, kXScale));
+  }
+}
+
+// A warp's copy ring in a block's dynamic shared memory laid out by block_gemv_layout (smem: any
+// 16-byte alignment; its base moves up to the next 128 bytes): the warp's kStages slots of
+// slot_bytes, their barriers (lane 0 initializes them), and the block's partial sums.
+struct WarpRing {
+  uint8_t* ring;
+  uint64_t* bar;
+  float* partial;
+};
+__device__ __forceinline__ WarpRing warp_ring(uint8_t* smem, int warp, int lane, int slot_bytes) {
+  using namespace block_gemv_layout;
+  smem += (128 - (smem_addr(smem) & 127)) & 127;  // tensor copies land on 128-byte boundaries
+  const WarpRing w{smem + size_t(warp) * kStages * slot_bytes,
+                   reinterpret_cast<uint64_t*>(smem + barrier_offset(slot_bytes)) + warp * kStages,
+                   reinterpret_cast<float*>(smem + partial_offset(slot_bytes))};
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mbar_init(w.bar + s);
+    mbar_init_fence();
+  }
+  __syncwarp();
+  return w;
+}
+
+// The block's outputs once every warp has written its partial sums (partial [warp][R][kCols],
+// warp = gg P + slice): column l of group gg, row r, is its P slices' partials added in slice
+// order, written to out [R, N] at column block_col + kCols gg + l unless past N.
+template <int R, int kCols>
+__device__ __forceinline__ void reduce_slices(const float* __restrict__ partial, float* __restrict__ out,
+                                              int64_t block_col, int64_t N, int G, int P) {
+  __syncthreads();
+  for (int o = int(threadIdx.x); o < G * R * kCols; o += block_gemv_layout::kWarps * 32) {
+    const int gg = o / (R * kCols), r = (o / kCols) % R, l = o % kCols;
+    float v = partial[(gg * P * R + r) * kCols + l];
+    for (int q = 1; q < P; ++q) v = __fadd_rn(v, partial[((gg * P + q) * R + r) * kCols + l]);
+    const int64_t c = block_col + kCols * gg + l;
+    if (c < N) out[int64_t(r) * N + c] = v;
   }
 }
 

@@ -12,13 +12,32 @@
 #define KESTREL_HD
 #endif
 
+namespace kestrel::block_gemv_layout {
+
+constexpr int kWarps = 8;   // warps of a block
+constexpr int kStages = 2;  // shared-memory slots of a warp's copy ring
+
+// A copy-engine GEMV block's dynamic shared memory, for a slot whose run sums (R rows of 16
+// floats) start at slot_sums bytes and a warp of `cols` output columns: kWarps rings of kStages
+// slots (each rounded up to 128 bytes: a tensor copy lands on a 128-byte boundary), their
+// barriers, each warp's partial sums for the reduction over a column's warps, and 128 bytes to
+// align the base.
+KESTREL_HD constexpr int slot_bytes(int slot_sums, int R) { return (slot_sums + R * 16 * 4 + 127) / 128 * 128; }
+KESTREL_HD constexpr size_t barrier_offset(int slot_bytes) { return size_t(kWarps) * kStages * size_t(slot_bytes); }
+KESTREL_HD constexpr size_t partial_offset(int slot_bytes) { return barrier_offset(slot_bytes) + size_t(kWarps) * kStages * 8; }
+KESTREL_HD constexpr size_t smem_bytes(int slot_bytes, int R, int cols) {
+  return partial_offset(slot_bytes) + size_t(kWarps) * R * cols * 4 + 128;
+}
+
+}  // namespace kestrel::block_gemv_layout
+
 namespace kestrel::q4k_gemv {
 
 constexpr int kSuperElems = 256;  // elements of a Q4_K super-block
 constexpr int kSuperBytes = 144;  // its bytes: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 of quants
-constexpr int kWarps = 8;         // warps of a block
+using block_gemv_layout::kStages;
+using block_gemv_layout::kWarps;
 constexpr int kMaxSlices = 8;     // warps sharing a column
-constexpr int kStages = 2;        // shared-memory slots of a warp's copy ring
 
 // Warps that share a column, each summing a contiguous 1/P of its super-blocks: the largest
 // power of two up to kMaxSlices that divides the S super-blocks of a row.
@@ -35,15 +54,10 @@ KESTREL_HD constexpr int block_columns(int64_t K) { return 32 * (kWarps / slices
 // the super-block's 256 activations, then each row's 16 run sums.
 constexpr int kSlotX = 32 * kSuperBytes;  // 16-byte aligned, as the bulk copies need
 KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kSuperElems * 4; }
-// (rounded up to 128 bytes: a tensor copy lands on a 128-byte boundary)
-KESTREL_HD constexpr int slot_bytes(int R) { return (slot_sums(R) + R * 16 * 4 + 127) / 128 * 128; }
-// Dynamic shared memory of one block for R rows: the rings, their barriers, and each warp's
-// partial sums for the reduction over a column's warps.
-KESTREL_HD constexpr size_t ring_bytes(int R) { return size_t(kWarps) * kStages * size_t(slot_bytes(R)); }
-KESTREL_HD constexpr size_t barrier_offset(int R) { return ring_bytes(R); }
-KESTREL_HD constexpr size_t partial_offset(int R) { return barrier_offset(R) + size_t(kWarps) * kStages * 8; }
-// (plus 128 bytes to align the base)
-KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * 32 * 4 + 128; }
+KESTREL_HD constexpr int slot_bytes(int R) { return block_gemv_layout::slot_bytes(slot_sums(R), R); }
+KESTREL_HD constexpr size_t barrier_offset(int R) { return block_gemv_layout::barrier_offset(slot_bytes(R)); }
+KESTREL_HD constexpr size_t partial_offset(int R) { return block_gemv_layout::partial_offset(slot_bytes(R)); }
+KESTREL_HD constexpr size_t smem_bytes(int R) { return block_gemv_layout::smem_bytes(slot_bytes(R), R, 32); }
 
 // F32 roundings an element's product passes through on its way to the output (the GPU tests'
 // bound, gamma(n) * S'): the run's FMA chain (16), the two runs' sum, the scale, the min's
@@ -88,13 +102,10 @@ constexpr int kSlotX = kCols * kBoxBytes;  // 3840
 constexpr int kHalfPitch = 528;
 constexpr int kRowPitch = kHalfPitch + 512;  // 1040
 KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kRowPitch; }
-// (rounded up to 128 bytes: a tensor copy lands on a 128-byte boundary)
-KESTREL_HD constexpr int slot_bytes(int R) { return (slot_sums(R) + R * 16 * 4 + 127) / 128 * 128; }
-KESTREL_HD constexpr size_t ring_bytes(int R) { return size_t(kWarps) * kStages * size_t(slot_bytes(R)); }
-KESTREL_HD constexpr size_t barrier_offset(int R) { return ring_bytes(R); }
-KESTREL_HD constexpr size_t partial_offset(int R) { return barrier_offset(R) + size_t(kWarps) * kStages * 8; }
-// (plus 128 bytes to align the base)
-KESTREL_HD constexpr size_t smem_bytes(int R) { return partial_offset(R) + size_t(kWarps) * R * kCols * 4 + 128; }
+KESTREL_HD constexpr int slot_bytes(int R) { return block_gemv_layout::slot_bytes(slot_sums(R), R); }
+KESTREL_HD constexpr size_t barrier_offset(int R) { return block_gemv_layout::barrier_offset(slot_bytes(R)); }
+KESTREL_HD constexpr size_t partial_offset(int R) { return block_gemv_layout::partial_offset(slot_bytes(R)); }
+KESTREL_HD constexpr size_t smem_bytes(int R) { return block_gemv_layout::smem_bytes(slot_bytes(R), R, kCols); }
 
 // F32 roundings an element's product passes through (the tests' bound gamma(n) * S', S' with
 // the "min" m = 32 s: the quants are summed unsigned, s * sum(x q) - 32 s * sum(x)): the run's

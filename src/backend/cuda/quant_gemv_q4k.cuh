@@ -141,16 +141,9 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
   const uint8_t* wsrc = static_cast<const uint8_t*>(w) + size_t(col < N ? col : N - 1) * size_t(S) * kSuperBytes +
                         size_t(p) * n * kSuperBytes;
   const float* xsrc = x + int64_t(lane < R ? lane : 0) * K + int64_t(p) * n * kSuperElems;
-  smem += (128 - (smem_addr(smem) & 127)) & 127;  // the ring's tensor copies need 128-byte aligned slots
-  uint8_t* const ring = smem + size_t(warp) * kStages * slot_bytes(R);
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + barrier_offset(R)) + warp * kStages;
-  float* const partial = reinterpret_cast<float*>(smem + partial_offset(R));
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) mbar_init(bar + s);
-    mbar_init_fence();
-  }
-  __syncwarp();
+  const WarpRing wr = warp_ring(smem, warp, lane, slot_bytes(R));
+  uint8_t* const ring = wr.ring;
+  uint64_t* const bar = wr.bar;
   // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes; the
   // 32 columns' 144 bytes come as one box for one row, as a copy a lane for R > 1 (the box for
   // every R measured 353 GB/s at R = 8, 12288 x 4096, and this combination 347, 2026-12-03: not
@@ -195,15 +188,8 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
     }
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) partial[(warp * R + r) * 32 + lane] = acc[r];
-  __syncthreads();
-  for (int o = int(threadIdx.x); o < G * R * 32; o += kWarps * 32) {
-    const int gg = o / (R * 32), r = (o / 32) % R, l = o % 32;
-    float v = partial[(gg * P * R + r) * 32 + l];
-    for (int q = 1; q < P; ++q) v = __fadd_rn(v, partial[((gg * P + q) * R + r) * 32 + l]);
-    const int64_t c = block_col + 32 * gg + l;
-    if (c < N) out[int64_t(r) * N + c] = v;
-  }
+  for (int r = 0; r < R; ++r) wr.partial[(warp * R + r) * 32 + lane] = acc[r];
+  reduce_slices<R, 32>(wr.partial, out, block_col, N, G, P);
 }
 
 }  // namespace kestrel::cuda

@@ -137,16 +137,9 @@ __device__ __forceinline__ void gemv_q6k_block(float* __restrict__ out, const fl
   // activations: lane a < 2R copies half a % 2 of row a / 2 of each super-block
   const int xrow = lane < 2 * R ? lane >> 1 : 0, xhalf = lane & 1;
   const float* xsrc = x + int64_t(xrow) * K + int64_t(p) * n * kSuperElems + 128 * xhalf;
-  smem += (128 - (smem_addr(smem) & 127)) & 127;  // tensor copies land on 128-byte boundaries
-  uint8_t* const ring = smem + size_t(warp) * kStages * slot_bytes(R);
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + barrier_offset(R)) + warp * kStages;
-  float* const partial = reinterpret_cast<float*>(smem + partial_offset(R));
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) mbar_init(bar + s);
-    mbar_init_fence();
-  }
-  __syncwarp();
+  const WarpRing wr = warp_ring(smem, warp, lane, slot_bytes(R));
+  uint8_t* const ring = wr.ring;
+  uint64_t* const bar = wr.bar;
   // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes (the
   // whole box, zero-filled parts included) and copies the box; lanes 0..2R-1 a half-row each
   auto copy_weights = [&](int t) {
@@ -192,16 +185,9 @@ __device__ __forceinline__ void gemv_q6k_block(float* __restrict__ out, const fl
   }
   if (h == 0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) partial[(warp * R + r) * kCols + col] = acc[r];
+    for (int r = 0; r < R; ++r) wr.partial[(warp * R + r) * kCols + col] = acc[r];
   }
-  __syncthreads();
-  for (int o = int(threadIdx.x); o < G * R * kCols; o += kWarps * 32) {
-    const int gg = o / (R * kCols), r = (o / kCols) % R, l = o % kCols;
-    float v = partial[(gg * P * R + r) * kCols + l];
-    for (int q = 1; q < P; ++q) v = __fadd_rn(v, partial[((gg * P + q) * R + r) * kCols + l]);
-    const int64_t c = block_col + kCols * gg + l;
-    if (c < N) out[int64_t(r) * N + c] = v;
-  }
+  reduce_slices<R, kCols>(wr.partial, out, block_col, N, G, P);
 }
 
 }  // namespace kestrel::cuda

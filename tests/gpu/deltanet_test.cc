@@ -172,30 +172,33 @@ TEST_F(DeltaRuleTest, LongPrefillCrossesScratchGroups) {
 }
 
 #ifdef KESTREL_HAVE_CUDA
-// At --matmul-precision bf16 the chunked form's scan runs its products on the tensor cores with
-// BF16 operands (gated_delta_rule_chunked.cu; dk a multiple of 16, at most 128). Each product's
-// operands are rounded to BF16 once (2^-9 each, so 2 * 2^-9 a term), and a chunk's outputs and
-// state sit at most three products deep in those roundings (V' = U - W S; o = Q' S + P V' and
-// S' = K'^T V' on V'; the next chunk's W S and Q' S on that state, which enters with its error
-// times decays <= 1). To first order the error is then at most 3 * 2 * 2^-9 of the magnitude of
-// the terms, plus the F32 sums' kChunkedTol, under kChunkedTol's conditions.
-constexpr double kChunkedBf16Tol = 6 * 0x1p-9 + kChunkedTol;
+// At --matmul-precision bf16 the chunked form's prep and scan run their products on the tensor
+// cores with BF16 operands (gated_delta_rule_chunked.cu; dk a multiple of 16, at most 128). Each
+// product's operands are rounded to BF16 once (2^-9 each, so 2 * 2^-9 a term), and a chunk's
+// outputs and state sit at most five products deep in those roundings: k.k^T and q.k^T (A and P;
+// T = (I - A)^-1 carries A's error to first order, its scaled copy is an operand of the next),
+// W = (T diag) K and U = (T diag) V, V' = U - W S, then o = Q' S + P V' and S' = K'^T V' on V',
+// and the next chunk's W S and Q' S on that state (which enters with its error times decays <= 1).
+// To first order the error is then at most 5 * 2 * 2^-9 of the magnitude of the terms, plus the
+// F32 sums' kChunkedTol, under kChunkedTol's conditions.
+constexpr double kChunkedBf16Tol = 10 * 0x1p-9 + kChunkedTol;
 
-TEST_F(DeltaRuleTest, Bf16PrecisionScanOnTensorCores) {
+TEST_F(DeltaRuleTest, Bf16PrecisionOnTensorCores) {
   auto& cuda = static_cast<CudaOps&>(gpu());
   cuda.set_matmul_precision(MatmulPrecision::kBf16);
   const std::vector<GdrCase> cases = {{2, 8, 128, 128, kLongSeqs},
                                       {2, 8, 128, 128, kLongSeqs, 0.02f},
                                       {1, 3, 64, 96, kLongSeqs},
                                       {2, 4, 32, 40, kLongSeqs},  // a partial 32-column tile
+                                      {1, 2, 64, 200, kLongSeqs},  // V's tile padded to 208 columns
                                       {4, 8, 64, 64, kLongSeqs, 1.0f, true}};
   for (const GdrCase& c : cases) {
     const Errors e = compare(c, false);
     const std::string what = "dk " + std::to_string(c.dk) + " dv " + std::to_string(c.dv);
     EXPECT_LE(e.out, kChunkedBf16Tol) << what;
     EXPECT_LE(e.state, kChunkedBf16Tol) << what << ": state";
-    // BF16 operands leave errors far above the F32 kernel's (<= 4.2e-7 measured): the path ran.
-    EXPECT_GT(e.out, 1e-5) << what << ": the tensor-core scan did not run";
+    // BF16 operands leave errors far above the F32 kernels' (<= 4.2e-7 measured): the path ran.
+    EXPECT_GT(e.out, 1e-5) << what << ": the tensor-core kernels did not run";
     std::printf("MEASURED gated_delta_rule bf16 precision, %d/%d heads, %s decay x%.2f: chunked out %.2e state %.2e\n",
                 c.nk, c.nv, what.c_str(), c.decay, e.out, e.state);
   }
@@ -204,7 +207,7 @@ TEST_F(DeltaRuleTest, Bf16PrecisionScanOnTensorCores) {
 #endif
 
 // A sequence's outputs and state are the same bits alone or batched with others (decode rows,
-// other prefills, chunked or not), at the default precision and at bf16 (the tensor-core scan).
+// other prefills, chunked or not), at the default precision and at bf16 (the tensor-core prep and scan).
 TEST_F(DeltaRuleTest, BatchedEqualsAlone) {
   auto check = [&](const std::string& what) {
     DeltaNetConfig cfg{.n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 128, .v_head_dim = 128, .conv_kernel = 4};

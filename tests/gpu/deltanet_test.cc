@@ -180,7 +180,9 @@ TEST_F(DeltaRuleTest, LongPrefillCrossesScratchGroups) {
 // W = (T diag) K and U = (T diag) V, V' = U - W S, then o = Q' S + P V' and S' = K'^T V' on V',
 // and the next chunk's W S and Q' S on that state (which enters with its error times decays <= 1).
 // To first order the error is then at most 5 * 2 * 2^-9 of the magnitude of the terms, plus the
-// F32 sums' kChunkedTol, under kChunkedTol's conditions.
+// F32 sums' kChunkedTol, under kChunkedTol's conditions. (The prep's gates and their running sum
+// are F32 at this precision: ~64 u |gc| relative in a decay, ~2e-4 at this test's |gc| <= ~50,
+// well inside the BF16 terms.)
 constexpr double kChunkedBf16Tol = 10 * 0x1p-9 + kChunkedTol;
 
 TEST_F(DeltaRuleTest, Bf16PrecisionOnTensorCores) {

@@ -27,6 +27,7 @@
 #include <cuda_pipeline.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gated_delta_rule_chunked.h"
@@ -54,7 +55,7 @@ struct ChunkScratch {
 // The same at --matmul-precision bf16 (gdr_prep_mma_kernel, gdr_scan_mma_kernel): W, Q', K', P
 // rounded to BF16 by the prep (the scan's operands), U and exp(gc_63) in F32.
 struct ChunkScratchBf16 {
-  __nv_bfloat16* w;  // [n_chunks, nv, 64, dk]
+  __nv_bfloat16* w;  // [n_chunks, nv, 64, dk]  -W
   __nv_bfloat16* q;  // [n_chunks, nv, 64, dk]
   __nv_bfloat16* k;  // [n_chunks, nv, 64, dk]
   __nv_bfloat16* p;  // [n_chunks, nv, 64, 64]  (blocks above the diagonal 0)
@@ -399,51 +400,59 @@ size_t scan_mma_smem(int dk) {
 
 int round16(int n) { return (n + 15) / 16 * 16; }
 
-// gc [64] doubles; beta, beta exp(gc), exp(gc), exp(gc_63 - gc) [64], A and T [64][kTf], the
-// off-diagonal blocks' partial products [3][16][16] floats; BF16 q, k [64][dk + 8], V [64][dvp +
-// 8] (dvp = dv rounded up to 16, zero-padded) and T's two scaled copies [64][kPLd].
+// gc, beta, beta exp(gc) [64], A and T [64][kTf], the off-diagonal blocks' partial products
+// [3][16][16] floats; BF16 q, k [64][dk + 8], V [64][dvp + 8] (dvp = dv rounded up to 16,
+// zero-padded) and T's two scaled copies [64][kPLd].
 size_t prep_mma_smem(int dk, int dv) {
-  return kC * 8 + 4 * kC * 4 + 2 * size_t(kC) * kTf * 4 + 3 * 256 * 4 +
+  return 3 * kC * 4 + 2 * size_t(kC) * kTf * 4 + 3 * 256 * 4 +
          (2 * size_t(kC) * (dk + 8) + size_t(kC) * (round16(dv) + 8) + 2 * size_t(kC) * kPLd) * 2;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) { return bf16x2_bits(__floats2bfloat162_rn(lo, hi)); }
 
 // The mma B fragment of the F32 state Sf ([dk][kSp]) for column n: rows k0, k0 + 1 (b0) and
-// k0 + 8, k0 + 9 (b1), rounded to BF16; negated for kNeg (phase 1's V' = U - W S).
-template <bool kNeg>
+// k0 + 8, k0 + 9 (b1), rounded to BF16.
 __device__ __forceinline__ void state_frag(const float* __restrict__ Sf, int k0, int n, uint32_t& b0, uint32_t& b1) {
-  auto at = [&](int k) { return kNeg ? -Sf[k * kSp + n] : Sf[k * kSp + n]; };
-  b0 = pack_bf16(at(k0), at(k0 + 1));
-  b1 = pack_bf16(at(k0 + 8), at(k0 + 9));
+  b0 = pack_bf16(Sf[k0 * kSp + n], Sf[(k0 + 1) * kSp + n]);
+  b1 = pack_bf16(Sf[(k0 + 8) * kSp + n], Sf[(k0 + 9) * kSp + n]);
 }
 
 // Starts copying a [64][cols] BF16 matrix (cols a multiple of 8, rows contiguous) into shared
 // memory at row stride ld (cp.async, 16 bytes at a time; the caller commits and waits).
+// The thread's first 16-byte piece is (row, piece) = divmod(threadIdx.x, cols / 8), and each step
+// of kThreads pieces moves it by divmod(kThreads, cols / 8): no division in the loop.
 __device__ __forceinline__ void stage_rows_async(__nv_bfloat16* __restrict__ dst, int ld,
                                                  const __nv_bfloat16* __restrict__ src, int cols) {
-  const int per_row = cols / 8;
-  for (int i = threadIdx.x; i < kC * per_row; i += kThreads)
-    __pipeline_memcpy_async(dst + (i / per_row) * ld + 8 * (i % per_row), src + 8 * i, 16);
+  const int per_row = cols / 8, step_rows = kThreads / per_row, step_pieces = kThreads % per_row;
+  int row = threadIdx.x / per_row, piece = threadIdx.x % per_row;
+  for (int i = threadIdx.x; i < kC * per_row; i += kThreads) {
+    __pipeline_memcpy_async(dst + row * ld + 8 * piece, src + 8 * i, 16);
+    row += step_rows;
+    piece += step_pieces;
+    if (piece >= per_row) {
+      piece -= per_row;
+      ++row;
+    }
+  }
 }
 
 // grid: (n_chunks, nv); block: 256; dk a multiple of 16, at most kMmaMaxDk; dv at most kMmaMaxDv.
-// dynamic smem: prep_mma_smem(dk, dv).
+// dynamic smem: prep_mma_smem(dk, dv). The gates and everything derived from them are F32 here
+// (as are the norms, rsqrtf: 2 ulp): the BF16 rounding of every operand that follows is 2^15 times
+// coarser, so the F32 prep's double arithmetic buys nothing at this precision.
 __global__ void __launch_bounds__(kThreads, 2)
     gdr_prep_mma_kernel(ChunkScratchBf16 sc, const float* __restrict__ qkv, const float* __restrict__ a,
                         const float* __restrict__ b, const float* __restrict__ a_neg,
                         const float* __restrict__ dt_bias, const int32_t* __restrict__ chunk_rows, int nk, int nv,
-                        int kdiv, int dk, int dv) {
+                        int kdiv, int dk, int dv, float q_scale) {
   pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  double* gc = reinterpret_cast<double*>(smem_raw);  // [64]
-  float* beta = reinterpret_cast<float*>(gc + kC);   // [64]
-  float* bk = beta + kC;                             // [64] beta_i exp(gc_i)
-  float* eq = bk + kC;                               // [64] exp(gc_i)
-  float* ek = eq + kC;                               // [64] exp(gc_63 - gc_i)
-  float* am = ek + kC;                               // [64][kTf]
-  float* tf = am + kC * kTf;                         // [64][kTf]
-  float* msh = tf + kC * kTf;                        // [3][256]
+  float* gc = reinterpret_cast<float*>(smem_raw);  // [64]
+  float* beta = gc + kC;                           // [64]
+  float* bk = beta + kC;                           // [64] beta_i exp(gc_i)
+  float* am = bk + kC;                             // [64][kTf]
+  float* tf = am + kC * kTf;                       // [64][kTf]
+  float* msh = tf + kC * kTf;                      // [3][256]
   const int ldb = dk + 8, dvp = (dv + 15) / 16 * 16, ldv = dvp + 8;
   __nv_bfloat16* Qb = reinterpret_cast<__nv_bfloat16*>(msh + 3 * 256);  // [64][ldb]
   __nv_bfloat16* Kb = Qb + kC * ldb;                                      // [64][ldb]
@@ -454,47 +463,43 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int c = blockIdx.x, h = blockIdx.y, kh = (h / kdiv) % nk;  // DeltaNetConfig::key_head
   const int64_t r0 = chunk_rows[c], base = int64_t(c) * nv + h;
   const int64_t cols = 2 * int64_t(nk) * dk + int64_t(nv) * dv;
-  // beta and the gates (warp 0, rows lane and lane + 32); gc their running sum in double, a scan
-  // over each half's lanes and then the first half's total into the second
-  if (warp == 0) {
-    double gv[2];
+  // Every warp: beta and the gate of rows lane and lane + 32, gc their running sum (a scan over
+  // each half's lanes, then the first half's total into the second), the same bits in every warp,
+  // so no warp waits for another; warp 0 leaves gc, beta and beta exp(gc) in shared memory.
+  float gv[2], bv[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t i = r0 + lane + 32 * hh;
+    bv[hh] = 1.0f / (1.0f + expf(-b[i * nv + h]));
+    const float x = a[i * nv + h] + dt_bias[h];
+    gv[hh] = a_neg[h] * (x > 20.0f ? x : log1pf(expf(x)));
+  }
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int64_t i = r0 + lane + 32 * hh;
-      beta[lane + 32 * hh] = float(1.0 / (1.0 + exp(-double(b[i * nv + h]))));
-      const double x = double(a[i * nv + h]) + double(dt_bias[h]);
-      gv[hh] = double(a_neg[h]) * (x > 20.0 ? x : log1p(exp(x)));
-    }
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const double y = __shfl_up_sync(0xffffffffu, gv[hh], o);
-        if (lane >= o) gv[hh] += y;
-      }
-    }
-    gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
-    const double last = __shfl_sync(0xffffffffu, gv[1], 31);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = lane + 32 * hh;
-      gc[i] = gv[hh];
-      bk[i] = float(double(beta[i]) * exp(gv[hh]));
-      eq[i] = float(exp(gv[hh]));
-      ek[i] = float(exp(last - gv[hh]));
+      const float y = __shfl_up_sync(0xffffffffu, gv[hh], o);
+      if (lane >= o) gv[hh] += y;
     }
   }
-  __syncthreads();
-  // L2 norms, the BF16 tiles of q, k and V, and Q', K' out: warp w takes the rows w + 8 r, four at
-  // a time so that their loads and sums overlap. In F32 (rsqrtf: 2 ulp): the BF16 rounding of every
-  // operand that follows is 2^15 times coarser, so the F32 prep's double sums buy nothing here.
-  const float q_scale = float(1.0 / sqrt(double(dk)));
-  constexpr int kPer = kMmaMaxDk / 32, kVPer = kMmaMaxDv / 32, kRowsAtOnce = 4;
-  for (int pass = 0; pass < kC / (8 * kRowsAtOnce); ++pass) {
-    float qv[kRowsAtOnce][kPer], kv[kRowsAtOnce][kPer], sq[kRowsAtOnce], sk[kRowsAtOnce];
+  gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
+  const float g_last = __shfl_sync(0xffffffffu, gv[1], 31);
+  if (warp == 0) {
 #pragma unroll
-    for (int r = 0; r < kRowsAtOnce; ++r) {
-      const float* row = qkv + (r0 + warp + 8 * (kRowsAtOnce * pass + r)) * cols;
+    for (int hh = 0; hh < 2; ++hh) {
+      gc[lane + 32 * hh] = gv[hh];
+      beta[lane + 32 * hh] = bv[hh];
+      bk[lane + 32 * hh] = bv[hh] * expf(gv[hh]);
+    }
+  }
+  // L2 norms, the BF16 tiles of q, k and V, and Q' = exp(gc) q, K' = exp(gc_63 - gc) k out: warp w
+  // takes the rows w + 8 r, all eight at once so that their loads and sums overlap
+  constexpr int kPer = kMmaMaxDk / 32, kVPer = kMmaMaxDv / 32, kRows = kC / 8;
+  {
+    float qv[kRows][kPer], kv[kRows][kPer], sq[kRows], sk[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float* row = qkv + (r0 + warp + 8 * r) * cols;
 #pragma unroll
       for (int t = 0; t < kPer; ++t) {
         const int d = lane + 32 * t;
@@ -503,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRowsAtOnce; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       sq[r] = 0.0f;
       sk[r] = 0.0f;
 #pragma unroll
@@ -513,15 +518,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRowsAtOnce; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       sq[r] = warp_sum(sq[r]);
       sk[r] = warp_sum(sk[r]);
     }
 #pragma unroll
-    for (int r = 0; r < kRowsAtOnce; ++r) {
-      const int i = warp + 8 * (kRowsAtOnce * pass + r);
+    for (int r = 0; r < kRows; ++r) {
+      const int i = warp + 8 * r;
+      const float gi = __shfl_sync(0xffffffffu, i < 32 ? gv[0] : gv[1], i & 31);
       const float fq = rsqrtf(sq[r] + 1e-6f) * q_scale, fk = rsqrtf(sk[r] + 1e-6f);
-      const float e_q = eq[i], e_k = ek[i];
+      const float e_q = expf(gi), e_k = expf(g_last - gi);
       __nv_bfloat16* qo = sc.q + (base * kC + i) * dk;
       __nv_bfloat16* ko = sc.k + (base * kC + i) * dk;
 #pragma unroll
@@ -536,17 +542,17 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
-  for (int pass = 0; pass < kC / (8 * kRowsAtOnce); ++pass) {  // V, zero-padded to dvp columns
-    float v[kRowsAtOnce][kVPer];
+  for (int pass = 0; pass < 2; ++pass) {  // V, zero-padded to dvp columns, four rows at a time
+    float v[kRows / 2][kVPer];
 #pragma unroll
-    for (int r = 0; r < kRowsAtOnce; ++r) {
-      const float* vr = qkv + (r0 + warp + 8 * (kRowsAtOnce * pass + r)) * cols + 2 * int64_t(nk) * dk + int64_t(h) * dv;
+    for (int r = 0; r < kRows / 2; ++r) {
+      const float* vr = qkv + (r0 + warp + 8 * (kRows / 2 * pass + r)) * cols + 2 * int64_t(nk) * dk + int64_t(h) * dv;
 #pragma unroll
       for (int t = 0; t < kVPer; ++t) v[r][t] = lane + 32 * t < dv ? vr[lane + 32 * t] : 0.0f;
     }
 #pragma unroll
-    for (int r = 0; r < kRowsAtOnce; ++r) {
-      const int i = warp + 8 * (kRowsAtOnce * pass + r);
+    for (int r = 0; r < kRows / 2; ++r) {
+      const int i = warp + 8 * (kRows / 2 * pass + r);
 #pragma unroll
       for (int t = 0; t < kVPer; ++t)
         if (lane + 32 * t < dvp) Vb[i * ldv + lane + 32 * t] = __float2bfloat16_rn(v[r][t]);
@@ -554,38 +560,36 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
   // k.k^T and q.k^T on the lower 16 x 16 blocks (bi, bj), bj <= bi: A = -beta_i (k_i.k_j) decay
-  // below the diagonal, P = (q_i.k_j) decay on and below it, decay = exp(gc_i - gc_j)
-  for (int job = warp; job < 10; job += kThreads / 32) {
+  // below the diagonal, P = (q_i.k_j) decay on and below it, decay = exp(gc_i - gc_j). Forty
+  // units, five a warp: (block, n8 half, k.k^T or q.k^T).
+  for (int u = warp; u < 40; u += kThreads / 32) {
+    const int job = u >> 2, t = (u >> 1) & 1;
+    const bool is_q = u & 1;
     int bi = 0;
     while ((bi + 1) * (bi + 2) / 2 <= job) ++bi;
     const int bj = job - bi * (bi + 1) / 2;
-    float kk[2][4] = {}, qk[2][4] = {};
+    const __nv_bfloat16* lhs = is_q ? Qb : Kb;
+    float acc[4] = {};
     for (int kt = 0; kt < dk / 16; ++kt) {
-      uint32_t ak[4], aq[4], bb[4];
-      ldsm_x4<false>(ak, Kb + (16 * bi + (lane & 15)) * ldb + 16 * kt + (lane >> 4) * 8);
-      ldsm_x4<false>(aq, Qb + (16 * bi + (lane & 15)) * ldb + 16 * kt + (lane >> 4) * 8);
+      uint32_t af[4], bb[4];
+      ldsm_x4<false>(af, lhs + (16 * bi + (lane & 15)) * ldb + 16 * kt + (lane >> 4) * 8);
       ldsm_x4<false>(bb, Kb + (16 * bj + (lane >> 4) * 8 + (lane & 7)) * ldb + 16 * kt + ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        mma16816(kk[t], ak, bb[2 * t], bb[2 * t + 1]);
-        mma16816(qk[t], aq, bb[2 * t], bb[2 * t + 1]);
-      }
+      mma16816(acc, af, bb[2 * t], bb[2 * t + 1]);
     }
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = 16 * bi + g + 8 * hf, j = 16 * bj + 8 * t + 2 * c4;
+      float pv[2];
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = 16 * bi + g + 8 * hf, j = 16 * bj + 8 * t + 2 * c4;
-        float pv[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const bool lower = j + e <= i;
-          const float decay = lower ? expf(float(gc[i] - gc[j + e])) : 0.0f;
-          am[i * kTf + j + e] = j + e < i ? -(beta[i] * kk[t][2 * hf + e]) * decay : 0.0f;
-          pv[e] = lower ? qk[t][2 * hf + e] * decay : 0.0f;
-        }
-        *reinterpret_cast<uint32_t*>(sc.p + (base * kC + i) * kC + j) = pack_bf16(pv[0], pv[1]);
+      for (int e = 0; e < 2; ++e) {
+        const bool lower = j + e <= i;
+        const float decay = lower ? expf(gc[i] - gc[j + e]) : 0.0f;
+        if (is_q)
+          pv[e] = lower ? acc[2 * hf + e] * decay : 0.0f;
+        else
+          am[i * kTf + j + e] = j + e < i ? -(beta[i] * acc[2 * hf + e]) * decay : 0.0f;
       }
+      if (is_q) *reinterpret_cast<uint32_t*>(sc.p + (base * kC + i) * kC + j) = pack_bf16(pv[0], pv[1]);
     }
   }
   for (int i = tid; i < kC * kC / 2; i += kThreads) {  // P's blocks above the diagonal: 0
@@ -650,8 +654,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     *reinterpret_cast<uint32_t*>(Tv + row * kPLd + m) = pack_bf16(t0 * beta[m], t1 * beta[m + 1]);
   }
   __syncthreads();
-  // W = Tk K and U = Tv V: warp w takes the rows 16 (w % 4) .. + 15 (T's blocks up to its
-  // diagonal) and every other 16-column group from 16 (w / 4)
+  // W = Tk K (written negated: the scan's V' = U + (-W) S then needs no negations) and U = Tv V:
+  // warp w takes the rows 16 (w % 4) .. + 15 (T's blocks up to its diagonal) and every other
+  // 16-column group from 16 (w / 4)
   const int mt = warp & 3, half = warp >> 2;
   auto product = [&](const __nv_bfloat16* tx, const __nv_bfloat16* x, int ldx, int n0, float (&acc)[2][4]) {
     for (int kt = 0; kt <= mt; ++kt) {
@@ -669,8 +674,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       const int col = n0 + 8 * t + 2 * c4;
-      *reinterpret_cast<uint32_t*>(sc.w + (base * kC + i0) * dk + col) = pack_bf16(acc[t][0], acc[t][1]);
-      *reinterpret_cast<uint32_t*>(sc.w + (base * kC + i1) * dk + col) = pack_bf16(acc[t][2], acc[t][3]);
+      *reinterpret_cast<uint32_t*>(sc.w + (base * kC + i0) * dk + col) = pack_bf16(-acc[t][0], -acc[t][1]);
+      *reinterpret_cast<uint32_t*>(sc.w + (base * kC + i1) * dk + col) = pack_bf16(-acc[t][2], -acc[t][3]);
     }
   }
   for (int n0 = 16 * half; n0 < dvp; n0 += 32) {
@@ -688,7 +693,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
-  if (tid == 0) sc.gl[base] = float(exp(gc[kC - 1]));
+  if (tid == 0) sc.gl[base] = expf(gc[kC - 1]);
 }
 
 // grid and block as gdr_scan_kernel; dk a multiple of 16, at most kMmaMaxDk. dynamic smem:
@@ -739,21 +744,25 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restric
     }
   };
   load_u(0);
+  float gl_next = sc.gl[chunk(0)];
   for (int ch = 0; ch < run.n_chunks; ++ch) {
-    const int64_t base = chunk(ch);
+    const float gl_now = gl_next;
     __nv_bfloat16* Wb = tiles + (ch & 1) * set;
     __nv_bfloat16 *Qb = Wb + kC * ldb, *Kb = Qb + kC * ldb, *Pb = Kb + kC * ldb;
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles landed; S complete; the other set's readers (the chunk before) done
     if (ch + 1 < run.n_chunks) stage_chunk(ch + 1, tiles + ((ch + 1) & 1) * set);
-    // phase 1: V' = U - W S (U loaded a chunk ahead)
+    // phase 1: V' = U - W S = U + (-W) S (U loaded a chunk ahead)
     float v[2][4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) v[j][x] = u_next[j][x];
     }
-    if (ch + 1 < run.n_chunks) load_u(ch + 1);
+    if (ch + 1 < run.n_chunks) {
+      load_u(ch + 1);
+      gl_next = sc.gl[chunk(ch + 1)];
+    }
 #pragma unroll 4
     for (int kt = 0; kt < ksteps; ++kt) {
       uint32_t a[4];
@@ -762,7 +771,7 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restric
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         uint32_t b0, b1;
-        state_frag<true>(Sf, k0, nb + 8 * j + g, b0, b1);
+        state_frag(Sf, k0, nb + 8 * j + g, b0, b1);
         mma16816(v[j], a, b0, b1);
       }
     }
@@ -785,7 +794,7 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restric
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         uint32_t b0, b1;
-        state_frag<false>(Sf, k0, nb + 8 * j + g, b0, b1);
+        state_frag(Sf, k0, nb + 8 * j + g, b0, b1);
         mma16816(o[j], a, b0, b1);
       }
     }
@@ -814,7 +823,7 @@ __global__ void __launch_bounds__(kThreads) gdr_scan_mma_kernel(float* __restric
     }
     __syncthreads();  // the reads of S done
     // phase 3: S = gl S + K'^T V' (A = K'^T by transposing loads of K')
-    const float gl = sc.gl[base];
+    const float gl = gl_now;
     for (int m3 = warp; m3 < ksteps; m3 += kThreads / 32) {
       const int d0 = 16 * m3 + g, d1 = d0 + 8;
       float st[4][4];
@@ -935,7 +944,7 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
     for (const Group& g : groups) {
       launch(gdr_prep_mma_kernel, dim3(unsigned(g.n_chunks), unsigned(nv)), kThreads, prep_smem, ctx.stream, sc,
              qkv.f32(), a.f32(), b.f32(), a_neg.f32(), dt_bias.f32(), meta_dev + g.rows_at, nk, nv,
-             cfg.key_head_div(), dk, dv);
+             cfg.key_head_div(), dk, dv, float(1.0 / std::sqrt(double(dk))));
       CUDA_CHECK_LAUNCH();
       launch(gdr_scan_mma_kernel, dim3(unsigned(nv), unsigned(g.n_runs), unsigned(ceil_div(dv, kBV))), kThreads,
              scan_smem, ctx.stream, out.f32(), sc, ssm.f32(), run_dev(g), nv, dk, dv);

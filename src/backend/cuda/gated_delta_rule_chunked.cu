@@ -42,26 +42,40 @@ constexpr int kMaxDk = 192;                        // the scan block's shared me
 constexpr int kBV = 32;                            // value columns per scan block
 constexpr size_t kScratchCap = size_t(256) << 20;  // chunk scratch per group of chunks
 
-// Per (chunk, head) floats of scratch: W, Q', K' [64, dk], U [64, dv], P [64, 64].
-struct ChunkScratch {
-  float* w;    // [n_chunks, nv, 64, dk]
-  float* u;    // [n_chunks, nv, 64, dv]
-  float* q;    // [n_chunks, nv, 64, dk]  exp(gc_i) q_i
-  float* k;    // [n_chunks, nv, 64, dk]  exp(gc_63 - gc_i) k_i
-  float* p;    // [n_chunks, nv, 64, 64]  (q_i . k_j) exp(gc_i - gc_j), j <= i, else 0
-  float* gl;   // [n_chunks, nv]          exp(gc_63)
+// Per (chunk, head) scratch: W, Q', K' [64, dk] and P [64, 64] as E — F32, or BF16 at
+// --matmul-precision bf16 (gdr_prep_mma_kernel rounds them for gdr_scan_mma_kernel's operands) —
+// and U [64, dv] and exp(gc_63) in F32.
+template <typename E>
+struct ChunkScratchOf {
+  E* w;       // [n_chunks, nv, 64, dk]  W; -W in BF16 (the scan's V' = U + (-W) S)
+  float* u;   // [n_chunks, nv, 64, dv]
+  E* q;       // [n_chunks, nv, 64, dk]  exp(gc_i) q_i
+  E* k;       // [n_chunks, nv, 64, dk]  exp(gc_63 - gc_i) k_i
+  E* p;       // [n_chunks, nv, 64, 64]  (q_i . k_j) exp(gc_i - gc_j), j <= i, else 0
+  float* gl;  // [n_chunks, nv]          exp(gc_63)
 };
+using ChunkScratch = ChunkScratchOf<float>;
+using ChunkScratchBf16 = ChunkScratchOf<__nv_bfloat16>;
 
-// The same at --matmul-precision bf16 (gdr_prep_mma_kernel, gdr_scan_mma_kernel): W, Q', K', P
-// rounded to BF16 by the prep (the scan's operands), U and exp(gc_63) in F32.
-struct ChunkScratchBf16 {
-  __nv_bfloat16* w;  // [n_chunks, nv, 64, dk]  -W
-  __nv_bfloat16* q;  // [n_chunks, nv, 64, dk]
-  __nv_bfloat16* k;  // [n_chunks, nv, 64, dk]
-  __nv_bfloat16* p;  // [n_chunks, nv, 64, 64]  (blocks above the diagonal 0)
-  float* u;          // [n_chunks, nv, 64, dv]
-  float* gl;         // [n_chunks, nv]
-};
+// The arrays of n_heads (chunk, head) pairs laid end to end from bytes. Every array's size is a
+// multiple of 16 bytes a pair (dk a multiple of 4 for F32, of 16 for BF16), so each starts 16-byte
+// aligned (cp.async).
+template <typename E>
+ChunkScratchOf<E> carve_scratch(unsigned char* bytes, size_t n_heads, int dk, int dv) {
+  auto carve = [&](size_t elems, size_t size) {
+    unsigned char* p = bytes;
+    bytes += n_heads * elems * size;
+    return p;
+  };
+  ChunkScratchOf<E> sc;
+  sc.w = reinterpret_cast<E*>(carve(size_t(kC) * dk, sizeof(E)));
+  sc.q = reinterpret_cast<E*>(carve(size_t(kC) * dk, sizeof(E)));
+  sc.k = reinterpret_cast<E*>(carve(size_t(kC) * dk, sizeof(E)));
+  sc.p = reinterpret_cast<E*>(carve(size_t(kC) * kC, sizeof(E)));
+  sc.u = reinterpret_cast<float*>(carve(size_t(kC) * dv, 4));
+  sc.gl = reinterpret_cast<float*>(carve(1, 4));
+  return sc;
+}
 
 struct RunDev {
   int32_t row_begin, n_chunks, state_slot, chunk0;  // chunk0: index of its first chunk in the group
@@ -878,9 +892,8 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   // operands) and W, Q', K', P pass between them in BF16.
   const bool mma = ctx.matmul_precision == MatmulPrecision::kBf16 && dk % 16 == 0 && dk <= kMmaMaxDk &&
                    dv <= kMmaMaxDv;
-  // Scratch bytes a chunk: W, Q', K' [64, dk] and P [64, 64] (F32, or BF16 for the tensor cores),
-  // U [64, dv] and exp(gc_63) in F32, for each value head. Every array's size is a multiple of 16
-  // bytes a chunk, so each starts 16-byte aligned (cp.async).
+  // Scratch bytes a chunk (ChunkScratchOf): W, Q', K' [64, dk] and P [64, 64] (F32, or BF16 for
+  // the tensor cores), U [64, dv] and exp(gc_63) in F32, for each value head.
   const size_t el = mma ? 2 : 4;
   const size_t per_chunk = size_t(nv) * (el * (3 * size_t(kC) * dk + size_t(kC) * kC) + 4 * size_t(kC) * dv + 4);
   // Groups of chunks whose scratch fits kScratchCap; a run crossing a group's end continues in the
@@ -924,20 +937,9 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
   for (const Group& g : groups) max_chunks = std::max<int64_t>(max_chunks, g.n_chunks);
   auto* bytes = static_cast<unsigned char*>(ctx.scratch->get(kSlotGdrChunks, size_t(max_chunks) * per_chunk));
   const size_t n_heads = size_t(max_chunks) * nv;  // (chunk, head) pairs the scratch holds
-  auto carve = [&](size_t elems, size_t size) {
-    unsigned char* p = bytes;
-    bytes += n_heads * elems * size;
-    return p;
-  };
   auto run_dev = [&](const Group& g) { return reinterpret_cast<const RunDev*>(meta_dev + g.runs_at); };
   if (mma) {
-    ChunkScratchBf16 sc;
-    sc.w = reinterpret_cast<__nv_bfloat16*>(carve(size_t(kC) * dk, 2));
-    sc.q = reinterpret_cast<__nv_bfloat16*>(carve(size_t(kC) * dk, 2));
-    sc.k = reinterpret_cast<__nv_bfloat16*>(carve(size_t(kC) * dk, 2));
-    sc.p = reinterpret_cast<__nv_bfloat16*>(carve(size_t(kC) * kC, 2));
-    sc.u = reinterpret_cast<float*>(carve(size_t(kC) * dv, 4));
-    sc.gl = reinterpret_cast<float*>(carve(1, 4));
+    const ChunkScratchBf16 sc = carve_scratch<__nv_bfloat16>(bytes, n_heads, dk, dv);
     const size_t prep_smem = prep_mma_smem(dk, dv), scan_smem = scan_mma_smem(dk);
     CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));
     CUDA_CHECK(cudaFuncSetAttribute(gdr_scan_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_smem)));
@@ -952,13 +954,7 @@ void gated_delta_rule_chunked(const Context& ctx, const Tensor& out, const Tenso
     }
     return;
   }
-  ChunkScratch sc;
-  sc.w = reinterpret_cast<float*>(carve(size_t(kC) * dk, 4));
-  sc.q = reinterpret_cast<float*>(carve(size_t(kC) * dk, 4));
-  sc.k = reinterpret_cast<float*>(carve(size_t(kC) * dk, 4));
-  sc.p = reinterpret_cast<float*>(carve(size_t(kC) * kC, 4));
-  sc.u = reinterpret_cast<float*>(carve(size_t(kC) * dv, 4));
-  sc.gl = reinterpret_cast<float*>(carve(1, 4));
+  const ChunkScratch sc = carve_scratch<float>(bytes, n_heads, dk, dv);
   const size_t prep_smem = kC * sizeof(double) + (2 * size_t(kC) * (dk + 4) + size_t(kC) * kLdA + 2 * kC) * 4;
   const size_t scan_smem = (size_t(dk) * kBV + 3 * size_t(kC) * dk + size_t(kC) * kC + size_t(kC) * kBV) * 4;
   CUDA_CHECK(cudaFuncSetAttribute(gdr_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_smem)));

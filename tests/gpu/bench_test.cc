@@ -177,7 +177,7 @@ TEST_F(GpuBench, DeltaRule) {
                   s * 1e6, s * 1e6 / T);
     }
 #ifdef KESTREL_HAVE_CUDA
-    if (T > 1) {  // at --matmul-precision bf16: the scan on the tensor cores
+    if (T > 1) {  // at --matmul-precision bf16: the prep and the scan on the tensor cores
       auto& cuda = static_cast<CudaOps&>(gpu());
       cuda.set_matmul_precision(MatmulPrecision::kBf16);
       const double s =

@@ -173,7 +173,7 @@ TEST_F(DeltaRuleTest, LongPrefillCrossesScratchGroups) {
 
 #ifdef KESTREL_HAVE_CUDA
 // At --matmul-precision bf16 the chunked form's prep and scan run their products on the tensor
-// cores with BF16 operands (gated_delta_rule_chunked.cu; dk a multiple of 16, at most 128). Each
+// cores with BF16 operands (gated_delta_rule_chunked_mma.cu; dk a multiple of 16, at most 128). Each
 // product's operands are rounded to BF16 once (2^-9 each, so 2 * 2^-9 a term), and a chunk's
 // outputs and state sit at most five products deep in those roundings: k.k^T and q.k^T (A and P;
 // T = (I - A)^-1 carries A's error to first order, its scaled copy is an operand of the next),

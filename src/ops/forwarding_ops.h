@@ -1,6 +1,7 @@
-// ForwardingOps: a backend wrapped, every call passed through to it. Each op runs through
-// run(name, fn), which subclasses override to act around it (ProfilingOps times ops; tests inject
-// faults). Allocations and uploads pass straight through.
+// ForwardingOps: a backend wrapped, every call passed through to it — the fused ops too (matmul_gated,
+// add_mul_sigmoid, moe_experts_shared, sample_candidates), so a wrapped backend runs exactly the
+// kernels it runs alone. Each op runs through run(name, fn), which subclasses override to act
+// around it (ProfilingOps times ops; tests inject faults). Allocations and uploads pass straight through.
 #pragma once
 
 #include <functional>
@@ -64,6 +65,9 @@ class ForwardingOps : public Ops {
   void mul_sigmoid(const Tensor& x, const Tensor& gate) override {
     run("mul_sigmoid", [&] { inner_.mul_sigmoid(x, gate); });
   }
+  void add_mul_sigmoid(const Tensor& out, const Tensor& x, const Tensor& gate) override {
+    run("add_mul_sigmoid", [&] { inner_.add_mul_sigmoid(out, x, gate); });
+  }
   void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up) override {
     run("silu_mul", [&] { inner_.silu_mul(out, gate, up); });
   }
@@ -81,6 +85,10 @@ class ForwardingOps : public Ops {
   }
   void argmax(const Tensor& ids, const Tensor& x) override {
     run("argmax", [&] { inner_.argmax(ids, x); });
+  }
+  void sample_candidates(const Tensor& ids, const Tensor& scaled, const Tensor& mass, const Tensor& x,
+                         std::span<const float> temperatures) override {
+    run("sample_candidates", [&] { inner_.sample_candidates(ids, scaled, mass, x, temperatures); });
   }
   void softcap(const Tensor& x, float cap) override {
     run("softcap", [&] { inner_.softcap(x, cap); });
@@ -108,6 +116,9 @@ class ForwardingOps : public Ops {
   }
   void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override {
     run("stream_gate", [&] { inner_.stream_gate(g, a, b); });
+  }
+  void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
+    run("matmul_gated", [&] { inner_.matmul_gated(out, gate, up, w, act); });
   }
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override {
     run("matmul", [&] { inner_.matmul_multi(x, targets); });
@@ -151,6 +162,10 @@ class ForwardingOps : public Ops {
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override {
     run("moe_experts", [&] { inner_.moe_experts(out, x, ids, weights, experts); });
+  }
+  void moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override {
+    run("moe_experts_shared", [&] { inner_.moe_experts_shared(out, x, ids, weights, experts, shared, shared_gate); });
   }
 
  protected:

@@ -25,8 +25,9 @@ struct OpProfile {
   double span = 0;    // first op start to last op end, over every profiled step
   double in_ops = 0;  // the sum of the ops' own times; span - in_ops is time between ops
   int64_t steps = 0;
-  // Floating-point operations of the matrix products (2 per multiply-add of matmul, matmul_multi
-  // and moe_experts, as their shapes ask, whatever the weights' storage), over the recorded steps.
+  // Floating-point operations of the matrix products (2 per multiply-add of matmul, matmul_multi,
+  // matmul_gated and the experts of moe_experts / moe_experts_shared, as their shapes ask, whatever
+  // the weights' storage), over the recorded steps.
   double matmul_flops = 0;
 };
 
@@ -73,15 +74,29 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
       for (const MatmulTarget& t : targets) profile_.matmul_flops += 2.0 * double(x.rows) * double(t.out.cols) * double(x.cols);
     ForwardingOps::matmul_multi(x, targets);
   }
+  void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
+    if (recording_) profile_.matmul_flops += 2.0 * double(gate.rows) * double(w.rows) * double(gate.cols);
+    ForwardingOps::matmul_gated(out, gate, up, w, act);
+  }
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override {
-    if (recording_) {  // each (row, expert) pair runs one expert's gate, up and down projections
-      double per_pair = 0;
-      for (const std::vector<Tensor>* m : {&experts.gate, &experts.up, &experts.down})
-        if (!m->empty()) per_pair += 2.0 * double(m->front().numel());
-      profile_.matmul_flops += double(ids.numel()) * per_pair;
-    }
+    count_experts(ids, experts);
     ForwardingOps::moe_experts(out, x, ids, weights, experts);
+  }
+  void moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override {
+    count_experts(ids, experts);
+    ForwardingOps::moe_experts_shared(out, x, ids, weights, experts, shared, shared_gate);
+  }
+
+ private:
+  // Each (row, expert) pair runs one expert's gate, up and down projections.
+  void count_experts(const Tensor& ids, const ExpertWeights& experts) {
+    if (!recording_) return;
+    double per_pair = 0;
+    for (const std::vector<Tensor>* m : {&experts.gate, &experts.up, &experts.down})
+      if (!m->empty()) per_pair += 2.0 * double(m->front().numel());
+    profile_.matmul_flops += double(ids.numel()) * per_pair;
   }
 
  protected:

@@ -2,6 +2,8 @@
 // of every recorded step, attributed to the phases the model marks.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "core/dtype.h"
 #include "engine/runner.h"
 #include "ops/profiling_ops.h"
@@ -71,7 +73,8 @@ TEST(ProfilingOps, TransparentAndAccountsForEveryStep) {
 }
 
 // The matrix products count 2 FLOPs per multiply-add their shapes ask for, only while recording:
-// matmul and matmul_multi T x N x K, moe_experts each (row, expert) pair's gate, up and down.
+// matmul, matmul_multi and matmul_gated T x N x K, moe_experts and moe_experts_shared each (row,
+// expert) pair's gate, up and down.
 TEST(ProfilingOps, CountsMatrixProductFlops) {
   CpuOps inner;
   ProfilingOps prof(inner);
@@ -104,6 +107,10 @@ TEST(ProfilingOps, CountsMatrixProductFlops) {
     const MatmulTarget targets[] = {{out.view(), w.view()}, {out2.view(), w2.view()}};
     prof.matmul_multi(x.view(), targets);
     prof.moe_experts(moe_out.view(), x.view(), ids.view(), weights.view(), ex);
+    Buffer g = filled(DType::kF32, T, F), u = filled(DType::kF32, T, F), wd = filled(DType::kBF16, H, F);
+    prof.matmul_gated(moe_out.view(), g.view(), u.view(), wd.view(), Activation::kSilu);
+    Buffer shared = filled(DType::kF32, T, H);
+    prof.moe_experts_shared(moe_out.view(), x.view(), ids.view(), weights.view(), ex, shared.view(), Tensor{});
   };
   run_all();  // not recording
   EXPECT_EQ(prof.profile().matmul_flops, 0.0);
@@ -112,10 +119,37 @@ TEST(ProfilingOps, CountsMatrixProductFlops) {
   prof.set_recording(false);
   const double expect = 2.0 * T * 5 * K            // matmul
                         + 2.0 * T * (5 + 4) * K    // matmul_multi
-                        + T * 2 * 2.0 * (3 * F * H);  // moe_experts: 6 pairs, each F x H three times
+                        + T * 2 * 2.0 * (3 * F * H)   // moe_experts: 6 pairs, each F x H three times
+                        + 2.0 * T * H * F             // matmul_gated
+                        + T * 2 * 2.0 * (3 * F * H);  // moe_experts_shared
   EXPECT_EQ(prof.profile().matmul_flops, expect);
   prof.clear();
   EXPECT_EQ(prof.profile().matmul_flops, 0.0);
+}
+
+// The fused ops reach the wrapped backend as themselves, not as the defaults' parts: a profile
+// runs the kernels a plain run does, and an op only the backend implements (sample_candidates:
+// the Ops default refuses it) works through the wrapper.
+TEST(ProfilingOps, PassesTheFusedOpsThrough) {
+  CpuOps inner;
+  ProfilingOps prof(inner);
+  const int64_t R = 2, V = 40, M = 5;
+  Buffer x = host_buffer(DType::kF32, R, V);
+  for (int64_t i = 0; i < R * V; ++i) x.view().f32()[i] = float((i * 37) % 23) * 0.25f - 2.0f;
+  const float temps[] = {0.7f, 1.3f};
+  Buffer ids = host_buffer(DType::kI32, R, M), scaled = host_buffer(DType::kF32, R, M), mass = host_buffer(DType::kF64, R, 1);
+  Buffer ids2 = host_buffer(DType::kI32, R, M), scaled2 = host_buffer(DType::kF32, R, M), mass2 = host_buffer(DType::kF64, R, 1);
+  prof.set_recording(true);
+  prof.sample_candidates(ids.view(), scaled.view(), mass.view(), x.view(), temps);
+  prof.set_recording(false);
+  prof.collect();
+  inner.sample_candidates(ids2.view(), scaled2.view(), mass2.view(), x.view(), temps);
+  EXPECT_EQ(0, std::memcmp(ids.view().data, ids2.view().data, size_t(R * M) * 4));
+  EXPECT_EQ(0, std::memcmp(scaled.view().data, scaled2.view().data, size_t(R * M) * 4));
+  EXPECT_EQ(0, std::memcmp(mass.view().data, mass2.view().data, size_t(R) * 8));
+  const OpProfile& p = prof.profile();
+  EXPECT_EQ(p.by_op.count("sample_candidates"), 1u);
+  EXPECT_EQ(p.by_op.count("argmax"), 0u);
 }
 
 }  // namespace

@@ -49,27 +49,27 @@ KESTREL_HD constexpr int slices(int64_t S) {
 // Output columns of one block: a warp's lanes are 32 columns, and kWarps / P warp groups.
 KESTREL_HD constexpr int block_columns(int64_t K) { return 32 * (kWarps / slices(K / kSuperElems)); }
 
-// One slot of a warp's ring: one super-block of each of the warp's 32 columns (lane l's at
-// 144 l: the eight lanes of a 128-bit shared-memory phase fall on distinct banks), then R rows of
-// the super-block's 256 activations, then each row's 16 run sums.
+// One slot of a warp's ring: one super-block of each of the warp's 32 columns (column l's at
+// 144 l), then R rows of the super-block's 256 activations (rewritten in place as BF16 terms),
+// then each row's sub-block sums (8 of the 16 floats).
 constexpr int kSlotX = 32 * kSuperBytes;  // 16-byte aligned, as the bulk copies need
 KESTREL_HD constexpr int slot_sums(int R) { return kSlotX + R * kSuperElems * 4; }
 KESTREL_HD constexpr int slot_bytes(int R) { return block_gemv_layout::slot_bytes(slot_sums(R), R); }
 KESTREL_HD constexpr size_t barrier_offset(int R) { return block_gemv_layout::barrier_offset(slot_bytes(R)); }
 KESTREL_HD constexpr size_t partial_offset(int R) { return block_gemv_layout::partial_offset(slot_bytes(R)); }
-KESTREL_HD constexpr size_t smem_bytes(int R) { return block_gemv_layout::smem_bytes(slot_bytes(R), R, 32); }
-
-// F32 roundings an element's product passes through on its way to the output (the GPU tests'
-// bound, gamma(n) * S'): the run's FMA chain (16), the two runs' sum, the scale, the min's
-// subtraction (19); the super-block's eight sub-blocks summed in order (7); the warp's S / P
-// super-blocks in order (S / P - 1); the column's P warps in order (P - 1). (The min's path,
-// m * sum(x), is shorter: a run's sum of x takes 3 + 1 roundings, the pair 1, then the product
-// and the subtraction.)
-KESTREL_HD constexpr int roundings(int64_t K) {
-  const int64_t S = K / kSuperElems;
-  const int P = slices(S);
-  return int(24 + S / P + P);
+// The block's shared memory: rings, barriers, partial sums, then each warp's table of its 32
+// columns' 8 sub-block scales (the tensor-core arithmetic's, 1 KiB a warp).
+constexpr int kScaleTable = 32 * 8 * 4;
+KESTREL_HD constexpr size_t smem_bytes(int R) {
+  return block_gemv_layout::smem_bytes(slot_bytes(R), R, 32) + size_t(kWarps) * kScaleTable;
 }
+
+// The tensor-core arithmetic's A tiles: row i (0..15) of tile mt is the warp's column 16 mt +
+// mma_column(i). Lane (g, t) reads 8 bytes at 8 t of a 32-byte chunk of rows g and g + 8, and
+// columns sit 144 bytes (36 words) apart, so column c starts 4 c banks on: taking the even
+// columns for g = 0..3 and the odd ones for g = 4..7 puts each half-warp's 64-bit phase on 32
+// distinct banks.
+KESTREL_HD constexpr int mma_column(int i) { return (i & 8) + ((i & 4) ? 2 * (i & 3) + 1 : 2 * (i & 3)); }
 
 }  // namespace kestrel::q4k_gemv
 

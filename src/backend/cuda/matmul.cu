@@ -253,9 +253,9 @@ inline int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
   if (dt == DType::kQ6_K && q6k_gemv::supported(K)) return q6k_gemv::block_columns(K);
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
-// Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings when a matrix
-// is Q4_K (91 KiB for one row, 216 KiB for 8), the Q6_K GEMV's (80 KiB, 202 KiB), else R rows of
-// the activation tile. The kernels are opted in to the largest once.
+// Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings and scale
+// tables when a matrix is Q4_K (99 KiB for one row, 224 KiB for 8), the Q6_K GEMV's (80 KiB,
+// 202 KiB), else R rows of the activation tile. The kernels are opted in to the largest once.
 static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
               "the copy-engine GEMVs' blocks are the GEMV's");
 constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
@@ -274,9 +274,9 @@ struct TmaMaps {
 
 // kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
 // kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM,
-// as many as the Q4_K GEMV's 91 KiB of rings allow; it takes 121 without spilling, the Q6_K
-// GEMV's 80 KiB likewise. The Q4_K
-// kernel before it, capped at 80 for 3 blocks, spilled and measured slower); R > 1 is not capped
+// as many as the Q4_K GEMV's 99 KiB allow; it takes 121 without spilling, the Q6_K GEMV's
+// 80 KiB likewise. An older Q4_K kernel, capped at 80 for 3 blocks, spilled and measured
+// slower); R > 1 is not capped
 // (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
 // up to 255, no spills).
 // The general kernel holds every format. A matrix's code, and so its bits, is the same in both.

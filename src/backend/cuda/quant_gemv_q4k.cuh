@@ -1,31 +1,38 @@
-// The Q4_K GEMV (matmul.cu's gemv_multi_quant_kernel, any R of 1..8 rows). Decode at 4.5 bits a
-// weight needs ~3.3 TB/s of Q4_K for issue 7's goal. The kernels before this one loaded weights
-// with per-lane 16-byte loads and stalled on them: each warp load took 32 bytes of 8 rows, a
-// 144-byte super-block a row, and Nsight Compute showed 0.51 instructions issued a cycle a
-// scheduler, mostly waiting on those loads, at ~1.7 TB/s, whatever the arithmetic (a tensor-core
-// variant with 40% fewer instructions read at the same rate). Here the copy engine (TMA) moves
-// the weights into a ring of shared-memory slots, completion counted on an mbarrier, so a warp's
-// loads stay in flight while it computes. For one row, one 2D tensor copy a slot (a super-block
-// of each of 32 rows): copying each row's 144 bytes on its own held the kernel at one copy per
-// ~18 cycles an SM (2.0–2.1 TB/s for either shape, measured 2026-12-03), the box at 2.2–2.4.
-//  - Geometry (block_gemv_geometry.h): a lane is one output column; a warp is 32 columns and a
-//    contiguous 1/P of their super-blocks; P warps share the columns and their partial sums meet
-//    in shared memory at the end. A ring slot holds one super-block of each of the 32 columns
-//    (lane l's 144 bytes at 144 l) and the matching 256 activations of each row, copied too.
-//  - Activations are read by every lane at the same address (a broadcast), once per column.
-//  - Quant nibbles become exact subnormal floats and the activations are scaled by 2^64 in the
-//    slot (block_gemv_common.cuh), so a weight costs a permute and an FMA.
-// Per column: a sub-block's y = (d sc) * (sum_run0 x q + sum_run1 x q) - (dmin m) * (X_run0 +
-// X_run1), each run an FMA chain of 16 in element order; a super-block's 8 sub-blocks summed in
-// order, the warp's super-blocks in order, then the P warps in order. The order depends only on
-// K, so a row has the same bits alone or among R; q4k_gemv::roundings(K) counts the roundings
-// for the error bound.
+// The Q4_K GEMV (matmul.cu's gemv_multi_quant_kernel, any R of 1..8 rows) on the tensor cores.
+// Decode at 4.5 bits a weight needs ~3.3 TB/s of Q4_K for issue 7's goal.
+//  - The weights: the copy engine (TMA) moves them into a ring of shared-memory slots per warp,
+//    completion counted on an mbarrier, so a warp's loads stay in flight while it computes; for
+//    one row one 2D tensor copy a slot (a super-block of each of 32 columns), for R > 1 a copy a
+//    lane (the box for every R measured 353 GB/s at R = 8 with the CUDA-core arithmetic, a copy a
+//    lane 347, 2026-12-03). Per-lane register loads of the 144-byte super-blocks held earlier
+//    kernels at ~1.7 TB/s whatever their arithmetic.
+//  - Geometry (block_gemv_geometry.h): a warp is 32 columns and a contiguous 1/P of their
+//    super-blocks; P warps share the columns and their partial sums meet in shared memory at the
+//    end. A ring slot holds one super-block of each of the 32 columns (column l's 144 bytes at
+//    144 l) and the matching 256 activations of each row, copied too.
+//  - The arithmetic: m16n8k16 BF16 mmas with F32 accumulation. A = 16 of the warp's columns by 16
+//    elements of a sub-block: a quant q (0..15) ORed into 0x4300 is the BF16 128 + q, exact, two
+//    a LOP3. B = the activations split into BF16 terms x = hi + lo (+ e, |e| <= 2^-16 |x|), hi and
+//    lo of row r as columns 2r and 2r + 1 of an n-tile of 8 (4 rows an mma). Products are exact;
+//    the bias comes out with the min. The CUDA-core arithmetic it replaced (exact subnormal
+//    quants, a permute and an FMA a weight, 2026-12-01 .. 12-03) read one row at the same speed
+//    (9B Q4_K_M decode 308 vs 297 t/s, within a run's spread of 4%) and 8 rows at a third of it
+//    (~350 vs ~1000 GB/s: eight rows' broadcast shared loads for every four FMAs).
+// Per column and row: D_b = sum over sub-block b of (128 + q) hi and of (128 + q) lo (two mmas
+// each, into a zeroed accumulator); y_hi, y_lo = FMA chains of s_b D_b over the warp's
+// sub-blocks in order; out = (y_hi + y_lo) - sum_b (128 s_b + m_b) X_b (X_b = the sub-block's sum
+// of hi + lo, exact per element, in a fixed tree), then the P warps in order. Nothing depends on
+// R or on where a column sits in a tile (an mma's element depends on its A row and B column
+// only), so a row has the same bits alone or among R. Error (tests/gpu/quant_matmul_test.cc):
+// |err| <= 2^-16 S' + 2^-18 S_b, S_b = sum |x| |s| (128 + q), the biased sums the tensor cores
+// accumulate (S_b / S' ~ 20 for normal weights).
 #pragma once
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/block_gemv_common.cuh"
 #include "backend/cuda/block_gemv_geometry.h"
-#include "backend/cuda/quant_gemv.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
 
@@ -33,87 +40,116 @@ namespace q4k_detail {
 
 using namespace block_gemv;
 
-// Scales (times 2^85) and mins of sub-blocks 2c and 2c + 1 from a super-block's 16-byte header
-// (get_scale_min_k4), c a compile-time chunk.
-struct ChunkScales {
-  float s0, s1, m0, m1;
-};
-template <int c>
-__device__ __forceinline__ ChunkScales chunk_scales(const uint4& h) {
-  const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
-  uint32_t sc0, sc1, m0, m1;
-  if constexpr (c < 2) {
-    constexpr int j = 2 * c;
-    sc0 = (h.y >> (8 * j)) & 63;
-    sc1 = (h.y >> (8 * j + 8)) & 63;
-    m0 = (h.z >> (8 * j)) & 63;
-    m1 = (h.z >> (8 * j + 8)) & 63;
-  } else {
-    constexpr int i = 2 * c - 4;  // 0 or 2
-    const uint32_t lo0 = (h.w >> (8 * i)) & 0xFF, lo1 = (h.w >> (8 * i + 8)) & 0xFF;
-    sc0 = (lo0 & 0xF) | (((h.y >> (8 * i)) & 0xFF) >> 6 << 4);
-    sc1 = (lo1 & 0xF) | (((h.y >> (8 * i + 8)) & 0xFF) >> 6 << 4);
-    m0 = (lo0 >> 4) | (((h.z >> (8 * i)) & 0xFF) >> 6 << 4);
-    m1 = (lo1 >> 4) | (((h.z >> (8 * i + 8)) & 0xFF) >> 6 << 4);
-  }
-  return {__fmul_rn(__fmul_rn(d, float(sc0)), kScaleUp), __fmul_rn(__fmul_rn(d, float(sc1)), kScaleUp),
-          __fmul_rn(dmin, float(m0)), __fmul_rn(dmin, float(m1))};
-}
+// A quant q in bits 0..3 (and 16..19) of a word ORed with 0x4300 is the BF16 128 + q, exact: one
+// LOP3 makes two weights, the bias 128 comes out with the min (y = s sum((128 + q) x) - (128 s +
+// m) sum(x)).
+__device__ __forceinline__ uint32_t biased_pair(uint32_t v) { return (v & 0x000F000Fu) | 0x43004300u; }
 
-// 16 quants (nibble h of 16 bytes) as subnormal floats.
-template <int h>
-__device__ __forceinline__ void nibbles(const uint4& v, float (&q)[16]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t b = (h ? w[k] >> 4 : w[k]) & 0x0F0F0F0Fu;
-    q[4 * k + 0] = subnormal_byte<0>(b);
-    q[4 * k + 1] = subnormal_byte<1>(b);
-    q[4 * k + 2] = subnormal_byte<2>(b);
-    q[4 * k + 3] = subnormal_byte<3>(b);
-  }
-}
-
-
-// One super-block of the lane's column (its 144 bytes at sb) against R rows of staged, scaled
-// activations: the sum of its 8 sub-blocks in order, per row, into y.
+// A slot's R rows of 256 F32 activations become, in place, BF16 terms x = hi + lo + e (hi =
+// bf16(x), lo = bf16(x - hi), |e| <= 2^-16 |x|), laid out for the B fragments: row r, sub-block
+// b, lane quarter t: 16 bytes of hi at r 1024 + 128 b + 32 t, then 16 of lo, each the pairs
+// (8t, 8t+2), (8t+1, 8t+3), (8t+4, 8t+6), (8t+5, 8t+7) of the sub-block's elements (the order
+// biased_pair leaves the quants in). Lane L holds exactly those 8 elements (sub-block L / 4,
+// t = L % 4), so it rewrites its own 32 bytes. sums [R][8]: each sub-block's sum of hi + lo (exact
+// per element) in a fixed tree, so that the bias cancels against the same values the mma saw.
 template <int R>
-__device__ __forceinline__ void super_block(const uint8_t* __restrict__ sb, const float* __restrict__ xs,
-                                            const float* __restrict__ sums, float (&y)[R]) {
-  const uint4 head = *reinterpret_cast<const uint4*>(sb);
+__device__ __forceinline__ void mma_terms(float* __restrict__ xs, float* __restrict__ sums, int lane) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    uint4* p = reinterpret_cast<uint4*>(xs + r * q4k_gemv::kSuperElems + 8 * lane);
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    const float e[8] = {a.x, a.z, a.y, a.w, b.x, b.z, b.y, b.w};  // pair order
+    uint32_t hi[4], lo[4];
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(e[2 * i], e[2 * i + 1]);
+      const float h0 = __low2float(h), h1 = __high2float(h);
+      const __nv_bfloat162 l = __floats2bfloat162_rn(__fsub_rn(e[2 * i], h0), __fsub_rn(e[2 * i + 1], h1));
+      v[2 * i] = __fadd_rn(h0, __low2float(l));
+      v[2 * i + 1] = __fadd_rn(h1, __high2float(l));
+      hi[i] = bf16x2_bits(h);
+      lo[i] = bf16x2_bits(l);
+    }
+    float s = __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3])),
+                        __fadd_rn(__fadd_rn(v[4], v[5]), __fadd_rn(v[6], v[7])));
+    s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, 1));
+    s = __fadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, 2));
+    if ((lane & 3) == 0) sums[r * 8 + lane / 4] = s;
+    p[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    p[1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+}
+
+// The eight sub-blocks' scales d sc and mins dmin m of one super-block (its 16-byte header).
+__device__ __forceinline__ void scales_mins(const uint4& h, float (&s)[8], float (&m)[8]) {
+  const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    s[j] = __fmul_rn(d, float((h.y >> (8 * j)) & 63));
+    m[j] = __fmul_rn(dmin, float((h.z >> (8 * j)) & 63));
+    const uint32_t lo = (h.w >> (8 * j)) & 0xFF;
+    s[4 + j] = __fmul_rn(d, float((lo & 0xF) | (((h.y >> (8 * j)) & 0xFF) >> 6 << 4)));
+    m[4 + j] = __fmul_rn(dmin, float((lo >> 4) | (((h.z >> (8 * j)) & 0xFF) >> 6 << 4)));
+  }
+}
+
+// One slot on the tensor cores. Lane (g, t) = (lane / 4, lane % 4) owns A rows g and g + 8 of
+// both tiles and, in n-tile nt, output row 4 nt + t: y [nt][tile][0, 1] are hi and lo of column
+// mma_column(g), [2, 3] of mma_column(g + 8) (block_gemv_geometry.h). Per sub-block b (two mmas
+// over its 32 elements into a zeroed accumulator, element order fixed): y += s_b D. stab
+// [32][8]: the columns' scales, written by the caller.
+template <int R>
+__device__ __forceinline__ void mma_slot(const uint8_t* __restrict__ slot, const uint8_t* __restrict__ terms,
+                                         const float* __restrict__ stab, int lane, float (&y)[(R + 3) / 4][2][4]) {
+  constexpr int NT = (R + 3) / 4;
+  const int g = lane >> 2, t = lane & 3;
+  int col[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    col[mt][0] = 16 * mt + q4k_gemv::mma_column(g);
+    col[mt][1] = 16 * mt + q4k_gemv::mma_column(g + 8);
+  }
+  const uint8_t* bsrc[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int r = min(4 * nt + (g >> 1), R - 1);
+    bsrc[nt] = terms + r * 1024 + 32 * t + 16 * (g & 1);
+  }
 #pragma unroll
   for (int c = 0; c < 4; ++c) {  // chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
-    const uint4 lo = *reinterpret_cast<const uint4*>(sb + 16 + 32 * c);  // elements 0..15 of each
-    const uint4 hi = *reinterpret_cast<const uint4*>(sb + 32 + 32 * c);  // 16..31
-    ChunkScales sc;
-    switch (c) {
-      case 0: sc = chunk_scales<0>(head); break;
-      case 1: sc = chunk_scales<1>(head); break;
-      case 2: sc = chunk_scales<2>(head); break;
-      default: sc = chunk_scales<3>(head); break;
-    }
+    uint2 w[2][2];
+    float2 sc[2][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float q0[16], q1[16];
-      if (h) {
-        nibbles<1>(lo, q0);
-        nibbles<1>(hi, q1);
-      } else {
-        nibbles<0>(lo, q0);
-        nibbles<0>(hi, q1);
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        w[mt][h] = *reinterpret_cast<const uint2*>(slot + col[mt][h] * q4k_gemv::kSuperBytes + 16 + 32 * c + 8 * t);
+        sc[mt][h] = *reinterpret_cast<const float2*>(stab + col[mt][h] * 8 + 2 * c);
       }
-      const int e = 64 * c + 32 * h;  // the sub-block's first element
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float xr[16];
-        load_run(xs + r * q4k_gemv::kSuperElems + e, xr);
-        const float p0 = run_dot(xr, q0);
-        load_run(xs + r * q4k_gemv::kSuperElems + e + 16, xr);
-        const float p1 = run_dot(xr, q1);
-        const float X = __fadd_rn(sums[r * 16 + e / 16], sums[r * 16 + e / 16 + 1]);
-        const float s = h ? sc.s1 : sc.s0, m = h ? sc.m1 : sc.m0;
-        const float part = __fsub_rn(__fmul_rn(s, __fadd_rn(p0, p1)), __fmul_rn(m, X));
-        y[r] = (c == 0 && h == 0) ? part : __fadd_rn(y[r], part);
+    for (int hn = 0; hn < 2; ++hn) {  // sub-block 2c + hn
+      const int b = 2 * c + hn, sh = 4 * hn;
+      uint4 bt[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) bt[nt] = *reinterpret_cast<const uint4*>(bsrc[nt] + 128 * b);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t a0[4] = {biased_pair(w[mt][0].x >> sh), biased_pair(w[mt][1].x >> sh),
+                                biased_pair(w[mt][0].x >> (sh + 8)), biased_pair(w[mt][1].x >> (sh + 8))};
+        const uint32_t a1[4] = {biased_pair(w[mt][0].y >> sh), biased_pair(w[mt][1].y >> sh),
+                                biased_pair(w[mt][0].y >> (sh + 8)), biased_pair(w[mt][1].y >> (sh + 8))};
+        const float s0 = hn ? sc[mt][0].y : sc[mt][0].x, s1 = hn ? sc[mt][1].y : sc[mt][1].x;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma16816(d, a0, bt[nt].x, bt[nt].y);
+          mma16816(d, a1, bt[nt].z, bt[nt].w);
+          y[nt][mt][0] = __fmaf_rn(s0, d[0], y[nt][mt][0]);
+          y[nt][mt][1] = __fmaf_rn(s0, d[1], y[nt][mt][1]);
+          y[nt][mt][2] = __fmaf_rn(s1, d[2], y[nt][mt][2]);
+          y[nt][mt][3] = __fmaf_rn(s1, d[3], y[nt][mt][3]);
+        }
       }
     }
   }
@@ -126,13 +162,16 @@ __device__ __forceinline__ void super_block(const uint8_t* __restrict__ sb, cons
 // words [N, row_bytes / 4], boxes of 36 words by 32 rows (block_tensor_map in matmul.cu); rows
 // past N read as zeros, and their outputs are dropped. Calls pdl_begin() itself: the weights'
 // first copies are issued before it, while the kernel before this one still runs. smem:
-// q4k_gemv::smem_bytes(R) bytes of dynamic shared memory (any 16-byte alignment). K % 256 == 0; x 16-byte aligned.
+// q4k_gemv::smem_bytes(R) bytes of dynamic shared memory (any 16-byte alignment). K % 256 == 0;
+// x 16-byte aligned. (A variant whose blocks looped over several tiles, the rings streaming from
+// one into the next, measured the same, 2026-12-04.)
 template <int R>
 __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, const CUtensorMap* map, int64_t K,
                                                int64_t N, int64_t block, uint8_t* __restrict__ smem) {
   using namespace q4k_gemv;
   using namespace q4k_detail;
+  constexpr int NT = (R + 3) / 4;  // n-tiles: 4 rows' hi and lo each
   const int S = int(K / kSuperElems), P = slices(S), n = S / P, G = kWarps / P;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int g = warp / P, p = warp - g * P;  // column group, slice
@@ -144,10 +183,9 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
   const WarpRing wr = warp_ring(smem, warp, lane, slot_bytes(R));
   uint8_t* const ring = wr.ring;
   uint64_t* const bar = wr.bar;
-  // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes; the
-  // 32 columns' 144 bytes come as one box for one row, as a copy a lane for R > 1 (the box for
-  // every R measured 353 GB/s at R = 8, 12288 x 4096, and this combination 347, 2026-12-03: not
-  // the copies but something else holds R > 1 back); lanes 0..R-1 copy one activation row's 256 each
+  float* const stab = wr.partial + kWarps * R * 32 + warp * 32 * 8;  // past the partial sums
+  // super-block t of the warp's slice: lane 0 arms the slot's barrier with all its bytes; lanes
+  // 0..R-1 copy one activation row's 256 each
   auto copy_weights = [&](int t) {
     uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
     if (lane == 0) mbar_arrive_expect(bar + t % kStages, uint32_t(kSlotX + R * kSuperElems * 4));
@@ -167,28 +205,56 @@ __device__ __forceinline__ void gemv_q4k_block(float* __restrict__ out, const fl
   for (int t = 0; t < first; ++t) copy_weights(t);
   pdl_begin();  // the activations are the kernel before's output
   for (int t = 0; t < first; ++t) copy_activations(t);
-  float acc[R];
+  float y[NT][2][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) y[nt][mt][i] = 0.0f;
+  float mins[R];  // lane l: sum over sub-blocks of (128 s + m) X, column l
+#pragma unroll
+  for (int r = 0; r < R; ++r) mins[r] = 0.0f;
 #pragma unroll 1
   for (int t = 0; t < n; ++t) {
     uint8_t* slot = ring + (t % kStages) * slot_bytes(R);
     mbar_wait(bar + t % kStages, uint32_t(t / kStages) & 1u);
-    float* xs = reinterpret_cast<float*>(slot + kSlotX);
     float* sums = reinterpret_cast<float*>(slot + slot_sums(R));
-    scale_activations<R>(xs, sums, lane);
+    mma_terms<R>(reinterpret_cast<float*>(slot + kSlotX), sums, lane);
+    float s[8], m[8];
+    scales_mins(*reinterpret_cast<const uint4*>(slot + lane * kSuperBytes), s, m);
+    reinterpret_cast<float4*>(stab + lane * 8)[0] = make_float4(s[0], s[1], s[2], s[3]);
+    reinterpret_cast<float4*>(stab + lane * 8)[1] = make_float4(s[4], s[5], s[6], s[7]);
     __syncwarp();
-    float y[R];
-    super_block<R>(slot + lane * kSuperBytes, xs, sums, y);
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = t ? __fadd_rn(acc[r], y[r]) : y[r];
-    if (t + kStages < n) {  // refill the slot once every lane is done with it
-      fence_proxy_async();
-      __syncwarp();
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < 8; ++b) mins[r] = __fmaf_rn(__fmaf_rn(128.0f, s[b], m[b]), sums[r * 8 + b], mins[r]);
+    mma_slot<R>(slot, slot + kSlotX, stab, lane, y);
+    fence_proxy_async();  // the terms written in place, before the copy engine's next writes
+    __syncwarp();         // every lane is done with the slot and the scales
+    if (t + kStages < n) {
       copy_weights(t + kStages);
       copy_activations(t + kStages);
     }
   }
+  // y's hi and lo per (row, column), then each column's lane takes out its mins
+  float* const part = wr.partial + warp * R * 32;
+  const int qg = lane >> 2, qt = lane & 3;
 #pragma unroll
-  for (int r = 0; r < R; ++r) wr.partial[(warp * R + r) * 32 + lane] = acc[r];
+  for (int nt = 0; nt < NT; ++nt) {
+    const int r = 4 * nt + qt;
+    if (r < R) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        part[r * 32 + 16 * mt + mma_column(qg)] = __fadd_rn(y[nt][mt][0], y[nt][mt][1]);
+        part[r * 32 + 16 * mt + mma_column(qg + 8)] = __fadd_rn(y[nt][mt][2], y[nt][mt][3]);
+      }
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < R; ++r) part[r * 32 + lane] = __fsub_rn(part[r * 32 + lane], mins[r]);
   reduce_slices<R, 32>(wr.partial, out, block_col, N, G, P);
 }
 

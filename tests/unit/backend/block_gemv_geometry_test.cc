@@ -6,6 +6,8 @@
 // runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "backend/cuda/block_gemv_geometry.h"
 
 namespace kestrel {
@@ -22,7 +24,9 @@ TEST(BlockGemvGeometry, SlicesArePowersOfTwoDividingTheRow) {
     const int P = q4k_gemv::slices(S);
     EXPECT_TRUE(P >= 1 && P <= q4k_gemv::kMaxSlices && (P & (P - 1)) == 0) << S;
     EXPECT_EQ(S % P, 0) << S;
-    if (P < q4k_gemv::kMaxSlices) EXPECT_NE(S % (2 * P), 0) << S;  // the largest such
+    if (P < q4k_gemv::kMaxSlices) {
+      EXPECT_NE(S % (2 * P), 0) << S;  // the largest such
+    }
     EXPECT_EQ(q4k_gemv::kWarps % P, 0) << S;                        // whole column groups a block
   }
   EXPECT_EQ(q4k_gemv::slices(16), 8);  // K = 4096
@@ -50,8 +54,7 @@ TEST(BlockGemvGeometry, SharedMemoryFitsEveryRowCount) {
 }
 
 TEST(BlockGemvGeometry, LandingPitchesAvoidBankConflicts) {
-  EXPECT_TRUE(phase_conflict_free(q4k_gemv::kSuperBytes));  // a Q4_K column's 144 bytes
-  EXPECT_TRUE(phase_conflict_free(q6k_gemv::kBoxBytes));    // a Q6_K column's 240
+  EXPECT_TRUE(phase_conflict_free(q6k_gemv::kBoxBytes));  // a Q6_K column's 240
   EXPECT_EQ(q4k_gemv::kSlotX % 16, 0);
   EXPECT_EQ(q6k_gemv::kSlotX % 128, 0);
   // a Q6_K row's two activation halves 16 bytes apart in bank terms: one wavefront
@@ -83,11 +86,32 @@ TEST(BlockGemvGeometry, Q6kCopyEngineExactlyWhereTheRowPitchAllowsATensorMap) {
   EXPECT_FALSE(q6k_gemv::supported(2816));
 }
 
+// The tensor-core Q4_K GEMV's A tiles: every one of a warp's 32 columns in exactly one tile row,
+// and each half-warp's 64-bit loads (lanes g = 0..3 or 4..7, t = 0..3, rows g and g + 8, 8 bytes
+// at 8 t of any 32-byte chunk) on 32 distinct banks.
+TEST(BlockGemvGeometry, Q4kMmaTilesCoverTheColumnsWithoutBankConflicts) {
+  std::vector<int> seen(32, 0);
+  for (int mt = 0; mt < 2; ++mt)
+    for (int i = 0; i < 16; ++i) ++seen[size_t(16 * mt + q4k_gemv::mma_column(i))];
+  for (int c = 0; c < 32; ++c) EXPECT_EQ(seen[size_t(c)], 1) << c;
+  for (int mt = 0; mt < 2; ++mt)
+    for (int half : {0, 8})  // rows g and g + 8 load separately
+      for (int chunk = 0; chunk < 4; ++chunk)
+        for (int g0 : {0, 4}) {
+          std::vector<int> banks(32, 0);
+          for (int g = g0; g < g0 + 4; ++g)
+            for (int t = 0; t < 4; ++t) {
+              const int col = 16 * mt + q4k_gemv::mma_column(g + half);
+              const int byte = col * q4k_gemv::kSuperBytes + 16 + 32 * chunk + 8 * t;
+              ++banks[size_t((byte / 4) % 32)];
+              ++banks[size_t((byte / 4 + 1) % 32)];
+            }
+          for (int b = 0; b < 32; ++b) EXPECT_EQ(banks[size_t(b)], 1) << "tile " << mt << " g0 " << g0 << " bank " << b;
+        }
+}
+
 // The rounding counts the GPU tests' bounds take (a change of order must change them too).
 TEST(BlockGemvGeometry, RoundingCounts) {
-  EXPECT_EQ(q4k_gemv::roundings(4096), 24 + 2 + 8);
-  EXPECT_EQ(q4k_gemv::roundings(12288), 24 + 6 + 8);
-  EXPECT_EQ(q4k_gemv::roundings(2816), 24 + 11 + 1);
   EXPECT_EQ(q6k_gemv::roundings(4096), 24 + 2 + 8);
   EXPECT_EQ(q6k_gemv::roundings(12288), 24 + 6 + 8);
   EXPECT_EQ(q4k_gemv::block_columns(4096), 32);

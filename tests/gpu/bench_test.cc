@@ -260,5 +260,36 @@ TEST_F(GpuBench, MoeExpertsDecode) {
   }
 }
 
+// The tail of a Qwen3.5-35B-A3B MoE layer at decode, as moe_block launches it: the shared
+// expert's down projection (512 -> 2048), the route, then the routed experts with the shared
+// output joined in their sum. Each call routes a different row of 32 (different experts, as
+// consecutive layers touch), so the L2 holds few of a call's experts from the call before. BF16,
+// zero expert weights (the time does not depend on them).
+TEST_F(GpuBench, MoeLayerDecode) {
+  const int E = 256, k = 8, H = 2048, F = 512, kRows = 32;
+  Buffer gate = gpu().alloc(DType::kBF16, int64_t(E) * F, H), upw = gpu().alloc(DType::kBF16, int64_t(E) * F, H);
+  Buffer down = gpu().alloc(DType::kBF16, int64_t(E) * H, F);
+  ExpertWeights w;
+  for (int e = 0; e < E; ++e) {
+    w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
+    w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
+    w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
+  }
+  Buffer shared_down = up(random(DType::kBF16, H, F, 0.02f));
+  Buffer logits = up(random(kRows, E, 2.0f)), x = up(random(1, H));
+  Buffer g = up(random(1, F)), u = up(random(1, F));
+  Buffer s = gpu().alloc(DType::kF32, 1, H), sg = up(random(1, 1)), out = gpu().alloc(DType::kF32, 1, H);
+  Buffer ids = gpu().alloc(DType::kI32, 1, k), wts = gpu().alloc(DType::kF32, 1, k);
+  int row = 0;
+  const double sec = time(
+      [&] {
+        gpu().matmul_gated(s, g, u, shared_down, Activation::kSilu);  // may overwrite g: timing only
+        gpu().moe_route(ids, wts, logits.view().rows_slice(row++ % kRows, 1), k, true);
+        gpu().moe_experts_shared(out, x, ids, wts, w, s, sg);
+      },
+      64, 32);
+  std::printf("BENCH moe_layer_decode_T1 %.1f us (shared down, route, experts)\n", sec * 1e6);
+}
+
 }  // namespace
 }  // namespace kestrel::test

@@ -92,30 +92,41 @@ TEST_F(GpuTest, MoeExperts) {
 }
 
 // A token's expert output does not depend on what else is in the batch: bit-identical alone.
+// k = 10 (Qwen3-Next's top 10): more pairs a token than the per-pair down kernel has warps.
 TEST_F(GpuTest, MoeExpertsBatchedEqualAlone) {
-  const int T = 24, E = 8, k = 3, H = 1032, F = 256;
-  ExpertWeights dw;
-  std::vector<Buffer> keep;
-  for (int e = 0; e < E; ++e) {
-    for (auto* list : {&dw.gate, &dw.up}) {
-      keep.push_back(up(random(DType::kBF16, F, H, 0.1f)));
-      list->push_back(keep.back());
+  for (int k : {3, 10}) {
+    const int T = 24, E = 16, H = 1032, F = 256;
+    ExpertWeights dw;
+    std::vector<Buffer> keep;
+    for (int e = 0; e < E; ++e) {
+      for (auto* list : {&dw.gate, &dw.up}) {
+        keep.push_back(up(random(DType::kBF16, F, H, 0.1f)));
+        list->push_back(keep.back());
+      }
+      keep.push_back(up(random(DType::kBF16, H, F, 0.1f)));
+      dw.down.push_back(keep.back());
     }
-    keep.push_back(up(random(DType::kBF16, H, F, 0.1f)));
-    dw.down.push_back(keep.back());
-  }
-  Buffer x = random(T, H), logits = random(T, E);
-  Buffer ids = cpu_.alloc(DType::kI32, T, k), w = cpu_.alloc(DType::kF32, T, k);
-  cpu_.moe_route(ids, w, logits, k, true);
-  Buffer dx = up(x), dids = up(ids), dwts = up(w);
-  Buffer all = gpu().alloc(DType::kF32, T, H);
-  gpu().moe_experts(all, dx, dids, dwts, dw);
-  const std::vector<float> together = down(all);
-  for (int t = 0; t < T; ++t) {
-    Buffer one = gpu().alloc(DType::kF32, 1, H);
-    gpu().moe_experts(one, dx.view().rows_slice(t, 1), dids.view().rows_slice(t, 1), dwts.view().rows_slice(t, 1), dw);
-    const std::vector<float> alone = down(one);
-    for (int c = 0; c < H; ++c) ASSERT_EQ(alone[size_t(c)], together[size_t(t * H + c)]) << "token " << t << " col " << c;
+    Buffer x = random(T, H), logits = random(T, E);
+    Buffer ids = cpu_.alloc(DType::kI32, T, k), w = cpu_.alloc(DType::kF32, T, k);
+    cpu_.moe_route(ids, w, logits, k, true);
+    Buffer dx = up(x), dids = up(ids), dwts = up(w);
+    Buffer all = gpu().alloc(DType::kF32, T, H);
+    gpu().moe_experts(all, dx, dids, dwts, dw);
+    const std::vector<float> together = down(all);
+    for (int t = 0; t < T; ++t) {
+      Buffer one = gpu().alloc(DType::kF32, 1, H);
+      gpu().moe_experts(one, dx.view().rows_slice(t, 1), dids.view().rows_slice(t, 1), dwts.view().rows_slice(t, 1),
+                        dw);
+      const std::vector<float> alone = down(one);
+      for (int c = 0; c < H; ++c)
+        ASSERT_EQ(alone[size_t(c)], together[size_t(t * H + c)]) << "k " << k << " token " << t << " col " << c;
+    }
+    Buffer eight = gpu().alloc(DType::kF32, 8, H);  // 8 rows: the per-pair kernels' largest step
+    gpu().moe_experts(eight, dx.view().rows_slice(8, 8), dids.view().rows_slice(8, 8), dwts.view().rows_slice(8, 8),
+                      dw);
+    const std::vector<float> rows = down(eight);
+    for (int i = 0; i < 8 * H; ++i)
+      ASSERT_EQ(rows[size_t(i)], together[size_t(8 * H + i)]) << "k " << k << " of 8 rows, element " << i;
   }
 }
 

@@ -376,9 +376,20 @@ __device__ __forceinline__ float plus_shared(float v, const float* __restrict__ 
 
 constexpr int64_t kPairMaxRows = 8;
 
-// grid: (ceil(F / (kWarps * 2)), T * k); each warp two hidden units f of pair blockIdx.y.
+// Weights a block of W holds (1 for plain dtypes).
+template <typename W>
+constexpr int block_elems() {
+  if constexpr (requires { W::kBlockElems; }) {
+    return W::kBlockElems;
+  } else {
+    return 1;
+  }
+}
+
+// grid: (ceil(F / (kWarps * 2)), T * k); each warp two hidden units f of pair blockIdx.y, U
+// steps of 8 weights a lane in flight per row (a lane's sums in the same order for any U).
 // Needs H % 8 == 0 and 16-byte aligned rows.
-template <typename W, Activation A>
+template <typename W, Activation A, int U>
 __global__ void moe_gate_up_pair_kernel(float* __restrict__ hbuf,         // [T * k, F]
                                         const float* __restrict__ x,      // [T, H]
                                         const int32_t* __restrict__ ids,  // [T * k]
@@ -396,7 +407,7 @@ __global__ void moe_gate_up_pair_kernel(float* __restrict__ hbuf,         // [T 
   typename Rows::Row gr[C], ur[C];
   gate_up_rows<W, C>(gr, ur, gate[e], up[e], f0, F, H);
   float ag[C] = {}, au[C] = {};
-#pragma unroll 2
+#pragma unroll U
   for (int64_t kk = int64_t(lane) * 8; kk < H; kk += 256) {
     const float4 a = *reinterpret_cast<const float4*>(xr + kk);
     const float4 b = *reinterpret_cast<const float4*>(xr + kk + 4);
@@ -469,6 +480,75 @@ __global__ void moe_down_sum_pair_kernel(float* __restrict__ out,            // 
     const int64_t i = t * H + c0 + c;
     out[i] = plus_shared(s[c], shared, gate, gate_cols, t, i);
   }
+}
+
+// moe_down_sum_pair_kernel's sums for one-row steps, the pairs split over the warps. grid:
+// (ceil(H / kDownCols), T) (launched for T = 1); block kWarps warps: outputs c0 .. c0 +
+// kDownCols - 1 of token blockIdx.y. Warp w takes the pairs j = w, w + kWarps, ...: a warp's loads (kDownCols rows of one
+// expert) do not wait on another pair's, so a k = 8 step reads all its down rows in one round trip
+// instead of k in turn; each pair's weighted dot goes to shared memory and one thread a column
+// sums them in j order, so the bits are moe_down_sum_pair_kernel's. At 8 rows it was slower
+// (GpuBench.MoeExpertsDecode, 35B-A3B shapes, BF16: 95.6 -> 114.5 us), so only T = 1 takes it.
+// Before pdl_begin it prefetches its rows into L2 (prefetch_row_bytes: a row's bytes; 0: none)
+// while the gate/up kernel runs: the ids it reads were written by moe_route, which completed
+// before the gate/up kernel (launched just before this one, with the pdl_begin that releases it)
+// passed its wait. Needs F % 8 == 0 and 16-byte aligned rows.
+constexpr int kDownCols = 8;
+constexpr int64_t kDownPrefetchMax = int64_t(24) << 20;
+template <typename W, bool Scaled>
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_down_sum_split_kernel(float* __restrict__ out,            // [T, H]
+                              const float* __restrict__ hbuf,     // [T * k, F]
+                              const int32_t* __restrict__ ids,    // [T * k]
+                              const float* __restrict__ weights,  // [T * k]
+                              const void* const* __restrict__ down,
+                              const float* __restrict__ expert_scale,  // [E] or null
+                              int k, int64_t H, int64_t F, int64_t prefetch_row_bytes,
+                              const float* __restrict__ shared, const float* __restrict__ gate, int64_t gate_cols) {
+  constexpr int C = kDownCols;
+  __shared__ float part[kMaxTopK][C];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t c0 = int64_t(blockIdx.x) * C, t = blockIdx.y;
+  const int64_t n_cols = H - c0 < C ? H - c0 : C;
+  const int64_t lines = (prefetch_row_bytes + 127) / 128;
+  for (int64_t i = threadIdx.x; i < k * n_cols * lines; i += blockDim.x) {
+    const int64_t r = i / lines;
+    const char* w = static_cast<const char*>(down[ids[t * k + r / n_cols]]);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (c0 + r % n_cols) * prefetch_row_bytes + (i % lines) * 128));
+  }
+  pdl_begin();
+  using Rows = WeightRows<W>;
+  for (int j = warp; j < k; j += kWarps) {
+    const int64_t p = t * k + j;
+    const int e = ids[p];
+    typename Rows::Row dr[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) dr[c] = Rows::row(down[e], c0 + c < H ? c0 + c : H - 1, F);
+    const float* hr = hbuf + p * F;
+    float acc[C] = {};
+#pragma unroll 2
+    for (int64_t kk = int64_t(lane) * 8; kk < F; kk += 256) {
+      const float4 a = *reinterpret_cast<const float4*>(hr + kk);
+      const float4 b = *reinterpret_cast<const float4*>(hr + kk + 4);
+      float wf[C][8];
+#pragma unroll
+      for (int c = 0; c < C; ++c) Rows::load8(dr[c], kk, wf[c]);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c] += dot8(a, b, wf[c]);
+    }
+    const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float v = __fmul_rn(wp, warp_sum(acc[c]));
+      if (lane == 0) part[j][c] = v;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x >= n_cols) return;
+  float s = 0.0f;
+  for (int j = 0; j < k; ++j) s = __fadd_rn(s, part[j][threadIdx.x]);
+  const int64_t i = t * H + c0 + threadIdx.x;
+  out[i] = plus_shared(s, shared, gate, gate_cols, t, i);
 }
 
 // out[t, c] = sum over j in order of ybuf[t * k + j, c], plus_shared.
@@ -565,27 +645,50 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   const float* shared_f = shared ? shared->f32() : nullptr;
   const float* gate_f = gate ? gate->f32() : nullptr;
   const int64_t gate_cols = gate ? gate->cols : 0;
-  if (vec_h && vec_f && T <= kPairMaxRows) {  // per-pair kernels: no grouping, no separate sum
+  if (vec_h && vec_f && T <= kPairMaxRows && k <= kMaxTopK) {  // per-pair kernels: no grouping, no separate sum
     dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), unsigned(P));
-      if (gelu) {
-        launch(moe_gate_up_pair_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
-               ids.as<const int32_t>(), table, table + E, k, H, F);
+      // Super-block formats (Q4_K, Q5_K, Q6_K) at one row: four steps in flight, not two (a
+      // step is about a quarter of BF16's bytes). Measured on the 35B-A3B's experts (GpuBench.
+      // MoeExpertsDecode, Q4_K gate/up and Q6_K down, T = 1): 23.9 -> 16.7 us; four were slower at
+      // 8 rows (121.8 -> 126.5) and for Q8_0 (22.4 -> 24.4), the same for BF16.
+      const auto run = [&]<int U>() {
+        if (gelu) {
+          launch(moe_gate_up_pair_kernel<W, Activation::kGeluTanh, U>, grid, kWarps * 32, 0, ctx.stream, hbuf,
+                 x.f32(), ids.as<const int32_t>(), table, table + E, k, H, F);
+        } else {
+          launch(moe_gate_up_pair_kernel<W, Activation::kSilu, U>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+                 ids.as<const int32_t>(), table, table + E, k, H, F);
+        }
+      };
+      if constexpr (block_elems<W>() == quant::kQK_K) {
+        if (T == 1) run.template operator()<4>(); else run.template operator()<2>();
       } else {
-        launch(moe_gate_up_pair_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
-               ids.as<const int32_t>(), table, table + E, k, H, F);
+        run.template operator()<2>();
       }
       CUDA_CHECK_LAUNCH();
     });
     dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
-      const dim3 grid(unsigned(ceil_div(H, kWarps * 2)), unsigned(T));
+      const auto run = [&]<bool Scaled>(const float* scale) {
+        if (T == 1) {
+          // The prefetch while gate/up runs, when the step's down rows fit the L2 with room to
+          // spare (16 MB on the 35B-A3B's shapes). The split kernel with it, on those shapes
+          // (GpuBench.MoeExpertsDecode, BF16, T = 1, gate/up and down): 20.8 -> 17.7 us.
+          const int64_t row_bytes = dtype_row_bytes(wt_down, F);
+          const int64_t prefetch = P * H * row_bytes <= kDownPrefetchMax ? row_bytes : 0;
+          launch(moe_down_sum_split_kernel<W, Scaled>, dim3(unsigned(ceil_div(H, kDownCols)), 1u), kWarps * 32, 0,
+                 ctx.stream, out.f32(), hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, scale, k, H, F,
+                 prefetch, shared_f, gate_f, gate_cols);
+        } else {
+          launch(moe_down_sum_pair_kernel<W, Scaled>, dim3(unsigned(ceil_div(H, kWarps * 2)), unsigned(T)),
+                 kWarps * 32, 0, ctx.stream, out.f32(), hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E,
+                 scale, k, H, F, shared_f, gate_f, gate_cols);
+        }
+      };
       if (expert_scale) {
-        launch(moe_down_sum_pair_kernel<W, true>, grid, kWarps * 32, 0, ctx.stream, out.f32(), hbuf,
-               ids.as<const int32_t>(), weights.f32(), table + 2 * E, expert_scale, k, H, F, shared_f, gate_f,
-               gate_cols);
+        run.template operator()<true>(expert_scale);
       } else {
-        launch(moe_down_sum_pair_kernel<W, false>, grid, kWarps * 32, 0, ctx.stream, out.f32(), hbuf,
-               ids.as<const int32_t>(), weights.f32(), table + 2 * E, nullptr, k, H, F, shared_f, gate_f, gate_cols);
+        run.template operator()<false>(nullptr);
       }
       CUDA_CHECK_LAUNCH();
     });

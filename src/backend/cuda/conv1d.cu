@@ -73,9 +73,11 @@ __global__ void conv1d_silu_fused_kernel(float* __restrict__ x,         // [T, C
                                          const float* __restrict__ w,   // [C, K]
                                          float* __restrict__ conv,      // [n_slots, C * (K - 1)]
                                          const SeqStep* __restrict__ seqs, int64_t C, int K) {
-  pdl_begin();
+  // The window, the weights and the plan are loaded before pdl_begin, while the kernel before this
+  // one (the in-projection) still runs: the conv state was last written by this kernel in an
+  // earlier step, the weights never, the plan before the step's first kernel. x after the wait.
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+  const bool live = c < C;
   const SeqStep s = seqs[blockIdx.y];
   const int keep = K - 1;
   float* st = conv + int64_t(s.state_slot) * C * keep + c * keep;
@@ -84,10 +86,12 @@ __global__ void conv1d_silu_fused_kernel(float* __restrict__ x,         // [T, C
 #pragma unroll
   for (int j = 0; j < kMaxKernel; ++j) {
     if (j >= keep) break;
-    win[j] = st[j];
-    wk[j] = w[c * K + j];
+    win[j] = live ? st[j] : 0.0f;
+    wk[j] = live ? w[c * K + j] : 0.0f;
   }
-  const float w_now = w[c * K + keep];
+  const float w_now = live ? w[c * K + keep] : 0.0f;
+  pdl_begin();
+  if (!live) return;
   for (int t = 0; t < s.n_tokens; ++t) {
     float* xi = x + (int64_t(s.row_begin) + t) * C + c;
     const float in = *xi;

@@ -57,7 +57,6 @@ __device__ __forceinline__ void gdr_body(float* __restrict__ out,            // 
                            float* __restrict__ ssm,            // [n_slots, nv * dk * dv]
                            const SeqStep* __restrict__ seqs, Part part, int nk, int nv, int kdiv, int dk,
                            int dv) {
-  pdl_begin();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   double* qs = reinterpret_cast<double*>(smem_raw);  // [blockDim.x], zero past dk
@@ -72,7 +71,6 @@ __device__ __forceinline__ void gdr_body(float* __restrict__ out,            // 
     if (part == Part::kHead) t_end = sp.head;
     else t_begin = sp.head + sp.n_full * kChunk;
   }
-  if (t_begin >= t_end) return;  // the whole block: nothing to do, state untouched
   const int e = int(blockIdx.z) * 32 + lane;
   const bool col = e < dv;
   const int64_t qkv_cols = 2 * int64_t(nk) * dk + int64_t(nv) * dv;
@@ -80,8 +78,20 @@ __device__ __forceinline__ void gdr_body(float* __restrict__ out,            // 
   const int d0 = warp * kRowsPerWarp;
   using Held = std::conditional_t<kOneToken, float, double>;
   Held S[kRowsPerWarp];
+  auto load_state = [&] {
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) S[i] = (col && d0 + i < dk) ? Held(state[int64_t(d0 + i) * dv + e]) : Held(0);
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      S[i] = (col && d0 + i < dk) ? Held(state[int64_t(d0 + i) * dv + e]) : Held(0);
+  };
+  // A decode step's state loads go before pdl_begin, while the kernel before this one (the
+  // conv1d) still runs: this layer's state was last written by this kernel in an earlier step
+  // (or by the chunked kernel of an earlier launch), and the step's plan was uploaded before the
+  // step's first kernel. Launches that follow the chunked kernel in the same op (Part::kTail)
+  // read the state it wrote, so they load after the wait.
+  if constexpr (kOneToken) load_state();
+  pdl_begin();
+  if (t_begin >= t_end) return;  // the whole block: nothing to do, state untouched
+  if constexpr (!kOneToken) load_state();
   const double q_scale = 1.0 / sqrt(double(dk));
   const double an = a_neg[h], bias = dt_bias[h];
   const int d_own = threadIdx.x;  // the q, k element this thread loads

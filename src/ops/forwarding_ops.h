@@ -129,6 +129,10 @@ class ForwardingOps : public Ops {
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override {
     run("rope", [&] { inner_.rope(x, head_dim, rope, plan); });
   }
+  void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, int head_dim,
+                    float eps, const RopeConfig& rope_cfg, const StepPlan& plan) override {
+    run("qk_norm_rope", [&] { inner_.qk_norm_rope(q, q_norm, k, k_norm, head_dim, eps, rope_cfg, plan); });
+  }
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                  const AttentionParams& p, const StepPlan& plan) override {
     run("attention", [&] { inner_.attention(out, q, k, v, cache, p, plan); });

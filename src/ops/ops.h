@@ -265,6 +265,17 @@ class Ops {
   //   rope.whole_head_pairs: (i, i + head_dim/2) for i < rotary_dim/2; the other pairs untouched
   //                          (Gemma 4 "proportional" RoPE: frequency 0 for the non-rotated pairs).
   virtual void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) = 0;
+  // An attention layer's q and k before attention: head_rms_norm(q, q_norm) when q_norm is not
+  // empty, then rope(q); the same for k unless k is empty (a KV-shared layer). Bit-identical to
+  // those ops, which is what this default runs; CUDA runs them as one launch.
+  virtual void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm,
+                            int head_dim, float eps, const RopeConfig& rope_cfg, const StepPlan& plan) {
+    if (!q_norm.empty()) head_rms_norm(q, q_norm, head_dim, eps);
+    rope(q, head_dim, rope_cfg, plan);
+    if (k.empty()) return;
+    if (!k_norm.empty()) head_rms_norm(k, k_norm, head_dim, eps);
+    rope(k, head_dim, rope_cfg, plan);
+  }
   // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's positions
   // [0, p] (or [max(0, p - window + 1), p] when p.window > 0, or the row's p.select): positions
   // before the step (< n_past) from the cache, the step's own from k, v [T, n_kv * head_dim].

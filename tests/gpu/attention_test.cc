@@ -45,6 +45,37 @@ TEST_F(GpuTest, RopeWholeHeadPairs) {
   }
 }
 
+// qk_norm_rope's one launch is bit-identical to head_rms_norm then rope of q and of k (the ops
+// the CPU and the default run): head_dim 64 ... 256 (96: a lane's three values), partial, full
+// and whole-head-pair rotations, with and without the norm weights, and without k (KV-shared).
+TEST_F(GpuTest, QkNormRopeEqualsNormThenRope) {
+  struct Case { int hd, rot, q_heads, k_heads; bool whole, q_norm, k_norm; };
+  for (Case c : {Case{256, 64, 16, 2, false, true, true}, Case{128, 128, 8, 4, false, true, true},
+                 Case{256, 64, 4, 1, true, true, true}, Case{96, 64, 3, 1, false, true, false},
+                 Case{64, 64, 4, 0, false, false, false}, Case{512, 128, 2, 1, true, true, true},
+                 Case{32, 32, 2, 2, false, true, true}}) {
+    StepPlan plan = make_plan({{0, 9}, {1000, 1}, {70000, 3}}, 100, rng_);
+    const int64_t T = plan.n_rows();
+    Buffer hq = random(T, int64_t(c.q_heads) * c.hd), hk = random(T, int64_t(std::max(c.k_heads, 1)) * c.hd);
+    Buffer q = up(hq), q2 = up(hq), k = up(hk), k2 = up(hk);
+    Buffer qn = c.q_norm ? up(random(1, c.hd)) : Buffer{}, kn = c.k_norm ? up(random(1, c.hd)) : Buffer{};
+    RopeConfig rc{.theta = 1e6, .rotary_dim = c.rot, .freq_dim = c.whole ? c.hd : 0, .whole_head_pairs = c.whole};
+    const Tensor none{};
+    const Tensor& tk = c.k_heads ? k.view() : none;
+    const Tensor& tk2 = c.k_heads ? k2.view() : none;
+    gpu().begin_step(plan);
+    gpu().qk_norm_rope(q, c.q_norm ? qn.view() : none, tk, c.k_norm ? kn.view() : none, c.hd, 1e-6f, rc, plan);
+    if (c.q_norm) gpu().head_rms_norm(q2, qn, c.hd, 1e-6f);
+    gpu().rope(q2, c.hd, rc, plan);
+    if (c.k_heads) {
+      if (c.k_norm) gpu().head_rms_norm(k2, kn, c.hd, 1e-6f);
+      gpu().rope(k2, c.hd, rc, plan);
+      EXPECT_EQ(down(k), down(k2)) << "k, hd " << c.hd << " rot " << c.rot;
+    }
+    EXPECT_EQ(down(q), down(q2)) << "q, hd " << c.hd << " rot " << c.rot;
+  }
+}
+
 TEST_F(GpuTest, Attention) {
   struct Case { int heads, kv, hd; };
   // A mixed prefill/decode batch (one split per row), and decode rows over long contexts (the

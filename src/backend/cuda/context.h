@@ -161,6 +161,10 @@ void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, con
                   Activation act);
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
+// Ops::qk_norm_rope as one launch, when the shapes suit its kernel (head_dim a multiple of 32, at
+// most 256): returns false, having done nothing, otherwise.
+bool qk_norm_rope(const Context& ctx, const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm,
+                  int head_dim, float eps, const RopeConfig& rope, const StepPlan& plan);
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);
 void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);

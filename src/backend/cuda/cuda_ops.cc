@@ -454,6 +454,11 @@ void CudaOps::matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& 
 void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
   cuda::matmul_multi(ctx(), x, targets);
 }
+void CudaOps::qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm,
+                           int head_dim, float eps, const RopeConfig& rope_cfg, const StepPlan& plan) {
+  if (!cuda::qk_norm_rope(ctx(), q, q_norm, k, k_norm, head_dim, eps, rope_cfg, plan))
+    Ops::qk_norm_rope(q, q_norm, k, k_norm, head_dim, eps, rope_cfg, plan);
+}
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
   cuda::rope(ctx(), x, head_dim, rope, plan);
 }

@@ -13,6 +13,13 @@ struct InvFreqs {
   float v[kMaxPairs];  // rope_inv_freq of each rotating pair, formed on the host like the CPU's
 };
 
+// A pair's rotation, its roundings spelled out so that rope_kernel and qk_norm_rope_kernel give
+// the same bits: x' = a c - b s, y' = b c + a s, the second product rounded first.
+__device__ __forceinline__ void rotate_pair(float a, float b, float c, float s, float& x, float& y) {
+  x = __fmaf_rn(a, c, -__fmul_rn(b, s));
+  y = __fmaf_rn(b, c, __fmul_rn(a, s));
+}
+
 // grid: T blocks; threads walk (head, i) for i < half; pair (i, i + span).
 __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
                             const int32_t* __restrict__ positions,  // [T]
@@ -27,12 +34,114 @@ __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
     const float c = float(cos(double(angle))), s = float(sin(double(angle)));
     float* v = row + h * head_dim;
     const float a = v[i], b = v[i + span];
-    v[i] = a * c - b * s;
-    v[i + span] = b * c + a * s;
+    rotate_pair(a, b, c, s, v[i], v[i + span]);
   }
 }
 
+// Ops::qk_norm_rope in one launch: a warp per (row, head) of q, then of k, the head's R * 32
+// values in registers (R = head_dim / 32), normalized as group_rms_norm_staged_kernel does (a
+// lane's values in order, the double sum over the warp) when the head's weight is given, then
+// rotated as rope_kernel does. grid: ceil(rows * (q_heads + k_heads) / kQkWarps) blocks of
+// kQkWarps warps.
+constexpr int kQkWarps = 8, kQkMaxDim = 256;
+template <int R>
+__global__ void qk_norm_rope_kernel(float* q, const float* __restrict__ q_norm, int64_t q_heads,  // q [rows, q_heads * d]
+                                    float* k, const float* __restrict__ k_norm, int64_t k_heads,  // k [rows, k_heads * d] or null
+                                    const int32_t* __restrict__ positions, int64_t rows, int d, int half, int span,
+                                    float eps, const InvFreqs freqs) {
+  pdl_begin();
+  const int lane = threadIdx.x & 31;
+  const int64_t g = blockIdx.x * int64_t(blockDim.x / 32) + (threadIdx.x >> 5);
+  const int64_t per_row = q_heads + k_heads;
+  if (g >= rows * per_row) return;
+  const int64_t r = g / per_row, h = g % per_row;
+  const bool is_q = h < q_heads;
+  float* v = is_q ? q + (r * q_heads + h) * d : k + (r * k_heads + (h - q_heads)) * d;
+  const float* w = is_q ? q_norm : k_norm;
+  float xv[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) xv[j] = v[lane + 32 * j];
+  if (w) {
+    float wv[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) wv[j] = w[lane + 32 * j];
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < R; ++j) ss += double(xv[j]) * double(xv[j]);
+    ss = warp_sum(ss);
+    const float sc = float(1.0 / sqrt(ss / double(d) + double(eps)));
+#pragma unroll
+    for (int j = 0; j < R; ++j) xv[j] = (xv[j] * sc) * wv[j];
+  }
+  // The rotation reads a pair's two values from the warp's copy of the head in shared memory;
+  // a pair's owner (i < half) writes both, every other value is written as it is.
+  __shared__ float heads[kQkWarps][kQkMaxDim];
+  float* hs = heads[threadIdx.x >> 5];
+#pragma unroll
+  for (int j = 0; j < R; ++j) hs[lane + 32 * j] = xv[j];
+  __syncwarp();
+  const float pos = float(positions[r]);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) {
+      const float angle = pos * freqs.v[i];
+      const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+      rotate_pair(hs[i], hs[i + span], c, s, v[i], v[i + span]);
+    } else if (i < span || i >= span + half) {
+      v[i] = xv[j];
+    }
+  }
+}
+
+// The per-pair inverse frequencies of a RoPE config (rope_inv_freq, as the CPU forms them).
+InvFreqs inv_freqs(const RopeConfig& cfg) {
+  const int half = cfg.rotary_dim / 2, freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : cfg.rotary_dim;
+  KCHECK_MSG(half <= kMaxPairs, "rope: rotary_dim ", cfg.rotary_dim, " above ", 2 * kMaxPairs);
+  InvFreqs freqs{};
+  for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
+  return freqs;
+}
+
 }  // namespace
+
+bool qk_norm_rope(const Context& ctx, const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm,
+                  int head_dim, float eps, const RopeConfig& cfg, const StepPlan& plan) {
+  const int rot = cfg.rotary_dim, d = head_dim;
+  const int half = rot / 2, span = cfg.whole_head_pairs ? d / 2 : half;
+  const bool has_k = !k.empty();
+  if (rot <= 0 || rot % 2 || rot > d || d % 32 || d > kQkMaxDim || half > span || span + half > d) return false;
+  for (const Tensor* t : {&q, &k}) {
+    if (t == &k && !has_k) continue;
+    if (t->dtype != DType::kF32 || t->cols % d || t->rows != plan.n_rows()) return false;
+  }
+  for (const Tensor* w : {&q_norm, &k_norm})
+    if (!w->empty() && (w->dtype != DType::kF32 || w->numel() != d)) return false;
+  check_step(ctx, plan);
+  const int64_t rows = q.rows, q_heads = q.cols / d, k_heads = has_k ? k.cols / d : 0;
+  if (rows == 0) return true;
+  const InvFreqs freqs = inv_freqs(cfg);
+  const unsigned grid = unsigned(ceil_div(rows * (q_heads + k_heads), kQkWarps));
+  const float* wq = q_norm.empty() ? nullptr : q_norm.f32();
+  const float* wk = has_k && !k_norm.empty() ? k_norm.f32() : nullptr;
+  float* kp = has_k ? k.f32() : nullptr;
+  auto run = [&]<int R>() {
+    launch(qk_norm_rope_kernel<R>, grid, kQkWarps * 32, 0, ctx.stream, q.f32(), wq, q_heads, kp, wk, k_heads,
+           ctx.step.positions, rows, d, half, span, eps, freqs);
+  };
+  switch (d / 32) {
+    case 1: run.template operator()<1>(); break;
+    case 2: run.template operator()<2>(); break;
+    case 3: run.template operator()<3>(); break;
+    case 4: run.template operator()<4>(); break;
+    case 5: run.template operator()<5>(); break;
+    case 6: run.template operator()<6>(); break;
+    case 7: run.template operator()<7>(); break;
+    default: run.template operator()<8>(); break;
+  }
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
 
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& cfg, const StepPlan& plan) {
   const int rot = cfg.rotary_dim;
@@ -47,11 +156,8 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& c
   const int span = cfg.whole_head_pairs ? head_dim / 2 : half;  // distance between a pair's dims
   KCHECK_MSG(!cfg.whole_head_pairs || (head_dim % 2 == 0 && half <= span), "rope: whole-head pairs with rotary_dim ",
              rot, " head_dim ", head_dim);
-  const int freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : rot;
   const int n_heads = int(x.cols / head_dim);
-  KCHECK_MSG(half <= kMaxPairs, "rope: rotary_dim ", rot, " above ", 2 * kMaxPairs);
-  InvFreqs freqs{};
-  for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
+  const InvFreqs freqs = inv_freqs(cfg);
   const int threads = std::min(256, std::max(32, (n_heads * half + 31) / 32 * 32));
   launch(rope_kernel, unsigned(x.rows), threads, 0, ctx.stream, x.f32(), ctx.step.positions, n_heads, head_dim, half,
          span, freqs);

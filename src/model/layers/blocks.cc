@@ -24,17 +24,15 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
     proj[n_proj++] = {v, w.v.empty() ? w.k : w.v};
   }
   ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
-  if (!w.q_norm.empty()) ops.head_rms_norm(q, w.q_norm, hd, eps);
-  ops.rope(q, hd, cfg.rope, plan);
   if (w.k.empty()) {  // KV-shared: the source layer's k/v of this step (past positions: its cache)
     KCHECK(step != nullptr && !step->k.empty());
+    ops.qk_norm_rope(q, w.q_norm, Tensor{}, Tensor{}, hd, eps, cfg.rope, plan);
     k = step->k;
     v = step->v;
     write_kv = false;
   } else {
-    if (!w.k_norm.empty()) ops.head_rms_norm(k, w.k_norm, hd, eps);
     if (cfg.v_norm) ops.head_rms_norm(v, Tensor{}, hd, eps);
-    ops.rope(k, hd, cfg.rope, plan);
+    ops.qk_norm_rope(q, w.q_norm, k, w.k_norm, hd, eps, cfg.rope, plan);  // head norms and RoPE of q, k
     if (step) *step = {k, v};
   }
   Tensor o = ws.take(T, q.cols);

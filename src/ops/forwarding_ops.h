@@ -160,6 +160,13 @@ class ForwardingOps : public Ops {
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) override {
     run("gated_rms_norm", [&] { inner_.gated_rms_norm(x, z, w, head_dim, eps); });
   }
+  void deltanet_recurrence(const Tensor& out, const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
+                           const Tensor& conv_w, const Tensor& a_neg, const Tensor& dt_bias, const Tensor& norm,
+                           float eps, const StateLayerView& state, const DeltaNetConfig& cfg,
+                           const StepPlan& plan) override {
+    run("deltanet_recurrence",
+        [&] { inner_.deltanet_recurrence(out, qkv, z, a, b, conv_w, a_neg, dt_bias, norm, eps, state, cfg, plan); });
+  }
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) override {
     run("moe_route", [&] { inner_.moe_route(ids, weights, logits, top_k, norm_topk); });
   }

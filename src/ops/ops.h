@@ -318,6 +318,18 @@ class Ops {
                                    int kernel, int dilation, const StepPlan& plan) { refuse("dilated_conv1d_silu"); }
   // x [T, n * d] = rmsnorm(x per d-group) * w[d] * silu(z), in place.
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) = 0;
+  // A Qwen-line DeltaNet layer's recurrence from its projections: conv1d_silu(qkv, conv_w),
+  // gated_delta_rule(out, qkv, a, b, a_neg, dt_bias), gated_rms_norm(out, z, norm, v_head_dim).
+  // Bit-identical to those three ops, which is what this default runs; CUDA decode steps run them
+  // as one launch, which leaves qkv as the projection wrote it (callers read only out afterwards).
+  virtual void deltanet_recurrence(const Tensor& out, const Tensor& qkv, const Tensor& z, const Tensor& a,
+                                   const Tensor& b, const Tensor& conv_w, const Tensor& a_neg, const Tensor& dt_bias,
+                                   const Tensor& norm, float eps, const StateLayerView& state,
+                                   const DeltaNetConfig& cfg, const StepPlan& plan) {
+    conv1d_silu(qkv, conv_w, state, cfg.conv_kernel, plan);
+    gated_delta_rule(out, qkv, a, b, a_neg, dt_bias, state, cfg, plan);
+    gated_rms_norm(out, z, norm, cfg.v_head_dim, eps);
+  }
 
   // ---- mixture of experts ----
   // logits [T, E] -> ids I32 [T, k], weights F32 [T, k] (softmax over all experts, top-k,

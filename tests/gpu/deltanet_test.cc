@@ -292,6 +292,69 @@ TEST_F(DeltaRuleTest, ManyDecodeSeqsMatchTheGeneralKernel) {
   }
 }
 
+// A decode step's deltanet_recurrence (conv, one-token recurrence and gated norm in one launch of
+// clustered blocks) gives the same bits as conv1d_silu, gated_delta_rule and gated_rms_norm in
+// turn: outputs, recurrent states and conv states; grouped and tiled value heads, one to eight
+// value heads a key head, 1..4 column blocks a head, the register-capped kernel from 16
+// sequences on; and within kRecurrentTol of the CPU. It leaves qkv as it was (the parts convolve
+// it in place), which shows the fused kernel ran. A step with a longer sequence takes the parts.
+TEST_F(DeltaRuleTest, RecurrenceFusedEqualsParts) {
+  struct Case {
+    int nk, nv, dk, dv, n;
+    bool tiled;
+    bool fused;
+  };
+  const Case cases[] = {{2, 4, 128, 128, 1, false, true}, {2, 4, 128, 128, 3, false, true},
+                        {2, 4, 128, 128, 20, false, true}, {2, 4, 128, 128, 3, true, true},
+                        {3, 3, 64, 96, 2, false, true},    {1, 8, 32, 32, 2, true, true},
+                        {1, 4, 64, 128, 2, false, false}};  // 4 x 4 blocks: over the cluster bound
+  const float eps = 1e-6f;
+  for (const Case& c : cases) {
+    DeltaNetConfig cfg{.n_k_heads = c.nk, .n_v_heads = c.nv, .k_head_dim = c.dk, .v_head_dim = c.dv,
+                       .conv_kernel = 4};
+    cfg.tiled_value_heads = c.tiled;
+    for (bool mixed : {false, true}) {
+      std::vector<std::pair<int, int>> seqs;
+      for (int i = 0; i < c.n; ++i) seqs.push_back({int(rng_() % 200), 1});
+      if (mixed) seqs.push_back({7, 3});
+      const StepPlan plan = make_plan(seqs, 10, rng_);
+      const int64_t T = plan.n_rows(), S = int64_t(plan.seqs.size()), C = cfg.conv_dim();
+      const int64_t width = int64_t(c.nv) * c.dv;
+      Buffer qkv = random(T, C), z = random(T, width), a = random(T, c.nv), b = random(T, c.nv);
+      Buffer conv_w = random(C, 4, 0.5f), norm = random(1, c.dv), a_neg = random(1, c.nv), dt_bias = random(1, c.nv, 0.5f);
+      for (int i = 0; i < c.nv; ++i) a_neg.view().f32()[i] = -std::exp(a_neg.view().f32()[i] * 0.5f) * 0.1f;
+      Buffer ssm = random(S, int64_t(c.nv) * c.dk * c.dv, 0.1f), conv = random(S, C * 3);
+      const Buffer dz = up(z), da = up(a), db = up(b), dw = up(conv_w), dnorm = up(norm), dan = up(a_neg),
+                   ddt = up(dt_bias);
+      const std::string what = std::to_string(c.nk) + "/" + std::to_string(c.nv) + (c.tiled ? " tiled" : "") +
+                               " heads, dk " + std::to_string(c.dk) + " dv " + std::to_string(c.dv) + ", " +
+                               std::to_string(c.n) + " sequences" + (mixed ? " and a 3-token one" : "");
+      // parts
+      Buffer q1 = up(qkv), s1 = up(ssm), c1 = up(conv), o1 = gpu().alloc(DType::kF32, T, width);
+      const StateLayerView st1{.conv = c1, .ssm = s1};
+      gpu().begin_step(plan);
+      gpu().conv1d_silu(q1, dw, st1, 4, plan);
+      gpu().gated_delta_rule(o1, q1, da, db, dan, ddt, st1, cfg, plan);
+      gpu().gated_rms_norm(o1, dz, dnorm, c.dv, eps);
+      // fused
+      Buffer q2 = up(qkv), s2 = up(ssm), c2 = up(conv), o2 = gpu().alloc(DType::kF32, T, width);
+      gpu().begin_step(plan);
+      gpu().deltanet_recurrence(o2, q2, dz, da, db, dw, dan, ddt, dnorm, eps, {.conv = c2, .ssm = s2}, cfg, plan);
+      EXPECT_EQ(down(o2), down(o1)) << what << ": outputs";
+      EXPECT_EQ(down(s2), down(s1)) << what << ": recurrent states";
+      EXPECT_EQ(down(c2), down(c1)) << what << ": conv states";
+      if (c.fused && !mixed) EXPECT_EQ(down(q2), host(qkv)) << what << ": qkv (the fused kernel leaves it)";
+      else EXPECT_EQ(down(q2), down(q1)) << what << ": qkv (the parts convolve it)";
+      // the CPU
+      Buffer ref = cpu_.alloc(DType::kF32, T, width);
+      cpu_.deltanet_recurrence(ref, qkv, z, a, b, conv_w, a_neg, dt_bias, norm, eps, {.conv = conv, .ssm = ssm},
+                               cfg, plan);
+      EXPECT_LE(rel_err(down(o2), host(ref)), kRecurrentTol) << what << ": against the CPU";
+      EXPECT_LE(rel_err(down(s2), host(ssm)), kRecurrentTol) << what << ": states against the CPU";
+    }
+  }
+}
+
 // Prefill split on the 64-aligned chunk grid is bit-identical to one pass on the GPU (the whole
 // chunks run the chunked form either way); a split off the grid moves tokens between the chunked
 // and the recurrent forms, so it agrees to kChunkedTol.

@@ -132,6 +132,13 @@ void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, c
                   float eps);
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps);
 void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
+// Ops::deltanet_recurrence as one launch for a decode step (every sequence one token) whose shapes
+// suit its kernel (dk, dv multiples of 32, n_v / n_k heads times dv / 32 at most 8, conv kernel
+// at most 8): returns false, having done nothing, otherwise.
+bool deltanet_recurrence(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& z, const Tensor& a,
+                         const Tensor& b, const Tensor& conv_w, const Tensor& a_neg, const Tensor& dt_bias,
+                         const Tensor& norm, float eps, const StateLayerView& state, const DeltaNetConfig& cfg,
+                         const StepPlan& plan);
 void add(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 void mul_sigmoid(const Context& ctx, const Tensor& x, const Tensor& gate);
 void add_mul_sigmoid(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& gate);

@@ -489,6 +489,13 @@ void CudaOps::gated_delta_rule(const Tensor& out, const Tensor& qkv, const Tenso
 void CudaOps::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) {
   cuda::gated_rms_norm(ctx(), x, z, w, head_dim, eps);
 }
+void CudaOps::deltanet_recurrence(const Tensor& out, const Tensor& qkv, const Tensor& z, const Tensor& a,
+                                  const Tensor& b, const Tensor& conv_w, const Tensor& a_neg, const Tensor& dt_bias,
+                                  const Tensor& norm, float eps, const StateLayerView& state,
+                                  const DeltaNetConfig& cfg, const StepPlan& plan) {
+  if (!cuda::deltanet_recurrence(ctx(), out, qkv, z, a, b, conv_w, a_neg, dt_bias, norm, eps, state, cfg, plan))
+    Ops::deltanet_recurrence(out, qkv, z, a, b, conv_w, a_neg, dt_bias, norm, eps, state, cfg, plan);
+}
 void CudaOps::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) {
   cuda::moe_route(ctx(), ids, weights, logits, top_k, norm_topk);
 }

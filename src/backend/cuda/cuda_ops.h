@@ -98,6 +98,10 @@ class CudaOps final : public Ops, public StepGraphs {
                         const Tensor& dt_bias, const StateLayerView& state, const DeltaNetConfig& cfg,
                         const StepPlan& plan) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps) override;
+  void deltanet_recurrence(const Tensor& out, const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
+                           const Tensor& conv_w, const Tensor& a_neg, const Tensor& dt_bias, const Tensor& norm,
+                           float eps, const StateLayerView& state, const DeltaNetConfig& cfg,
+                           const StepPlan& plan) override;
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k, bool norm_topk) override;
   void moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override;

@@ -55,12 +55,12 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
   Tensor a = ws.take(T, cfg.n_v_heads);
   const MatmulTarget proj[] = {{qkv, w.qkv}, {z, w.z}, {b, w.b}, {a, w.a}};
   ops.matmul_multi(x, proj);
-  ops.conv1d_silu(qkv, w.conv, state, cfg.conv_kernel, plan);
   Tensor o = ws.take(T, v_width);
-  ops.gated_delta_rule(o, qkv, a, b, w.a_neg, w.dt_bias, state, cfg, plan);
-  if (cfg.gate_act == Activation::kSilu) {
-    ops.gated_rms_norm(o, z, w.norm, cfg.v_head_dim, eps);
+  if (cfg.gate_act == Activation::kSilu) {  // conv, recurrence and rmsnorm(o) * w * silu(z)
+    ops.deltanet_recurrence(o, qkv, z, a, b, w.conv, w.a_neg, w.dt_bias, w.norm, eps, state, cfg, plan);
   } else {  // rmsnorm(o) * w * act(z)
+    ops.conv1d_silu(qkv, w.conv, state, cfg.conv_kernel, plan);
+    ops.gated_delta_rule(o, qkv, a, b, w.a_neg, w.dt_bias, state, cfg, plan);
     ops.head_rms_norm(o, w.norm, cfg.v_head_dim, eps);
     ops.activation(z, cfg.gate_act);
     ops.mul(o, o, z);

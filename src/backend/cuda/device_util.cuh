@@ -29,43 +29,50 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
   pdl_launch_dependents();
 }
-// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
-// pdl_enabled(). Launch-configuration errors throw here, naming the launch.
+
+namespace launch_detail {
+// cudaLaunchKernelEx with programmatic stream serialization when pdl_enabled(), and the blocks in
+// clusters of *cluster when it is given.
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, const dim3* cluster, size_t smem, cudaStream_t stream,
+               A&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cluster) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster->x;
+    attr[n].val.clusterDim.y = cluster->y;
+    attr[n].val.clusterDim.z = cluster->z;
+    ++n;
+  }
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = n;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
+}  // namespace launch_detail
 
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
+// pdl_enabled(). Launch-configuration errors throw here, naming the launch.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  launch_detail::launch_ex(kernel, grid, block, nullptr, smem, stream, std::forward<A>(args)...);
+}
 // launch() for a kernel whose blocks form thread-block clusters of `cluster` (each grid dimension
 // a multiple of the cluster's).
 template <typename... P, typename... A>
 void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, dim3 cluster, size_t smem, cudaStream_t stream,
                     A&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster.x;
-  attr[0].val.clusterDim.y = cluster.y;
-  attr[0].val.clusterDim.z = cluster.z;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+  launch_detail::launch_ex(kernel, grid, block, &cluster, smem, stream, std::forward<A>(args)...);
 }
 
 // 16 bytes global -> shared, asynchronously; `valid` false writes zeros and reads nothing.

@@ -120,6 +120,11 @@ __device__ T block_sum(T v) {
   return total;
 }
 
+// An RMS norm's scale from the sum of squares ss of n values (in double, as the CPU oracle): every
+// CUDA norm forms it this way, which is what lets a fused kernel give a norm kernel's bits.
+__device__ __forceinline__ float rms_scale(double ss, int64_t n, float eps) {
+  return float(1.0 / sqrt(ss / double(n) + double(eps)));
+}
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float siluf(float x) { return x / (1.0f + expf(-x)); }
 // gelu, tanh approximation, evaluated in double and rounded once (the CPU oracle's gelu_tanh).

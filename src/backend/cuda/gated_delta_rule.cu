@@ -44,6 +44,18 @@ struct GdrScratch {
   double* red;
   double* norms;
 };
+// The scratch laid out in a block's dynamic shared memory, and its size for `threads` threads.
+__device__ __forceinline__ GdrScratch gdr_scratch(unsigned char* raw) {
+  const int n_warps = blockDim.x >> 5;
+  double* qs = reinterpret_cast<double*>(raw);
+  double* ks = qs + blockDim.x;
+  double* red = ks + blockDim.x;
+  return {qs, ks, red, red + 2 * n_warps * 32};
+}
+size_t gdr_scratch_bytes(int threads) {
+  const size_t warps = size_t(threads) / 32;
+  return (2 * size_t(threads) + 2 * warps * 32 + 2 * warps) * sizeof(double);
+}
 
 // One token of the recurrence for the block's 32 value columns (lane = column): qd, kd the
 // thread's q and k elements (thread = key row), ve the lane's v, ar, br its head's raw a and b.
@@ -136,11 +148,8 @@ __device__ __forceinline__ void gdr_body(float* __restrict__ out,            // 
                            const SeqStep* __restrict__ seqs, Part part, int nk, int nv, int kdiv, int dk,
                            int dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  double* qs = reinterpret_cast<double*>(smem_raw);  // [blockDim.x], zero past dk
-  double* ks = qs + blockDim.x;
-  double* red = ks + blockDim.x;                     // [2][n_warps][32]
-  double* norms = red + 2 * n_warps * 32;            // [2][n_warps]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const GdrScratch sc = gdr_scratch(smem_raw);
   const int h = blockIdx.x, kh = (h / kdiv) % nk;  // DeltaNetConfig::key_head
   const SeqStep s = seqs[blockIdx.y];
   int32_t t_begin = 0, t_end = s.n_tokens;
@@ -183,7 +192,6 @@ __device__ __forceinline__ void gdr_body(float* __restrict__ out,            // 
     braw = b[r * nv + h];
   };
   load(s.row_begin + t_begin);
-  const GdrScratch sc{qs, ks, red, norms};
   for (int32_t t = t_begin; t < t_end; ++t) {
     const int64_t r = s.row_begin + t;
     const double qd = qn, kd = kn, ve = vn, ar = araw, br = braw;
@@ -255,11 +263,8 @@ __device__ __forceinline__ void gdr_fused_body(GDR_FUSED_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float exch[32];
   const cg::cluster_group cluster = cg::this_cluster();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  double* qs = reinterpret_cast<double*>(smem_raw);
-  double* ks = qs + blockDim.x;
-  double* red = ks + blockDim.x;
-  double* norms = red + 2 * n_warps * 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const GdrScratch sc = gdr_scratch(smem_raw);
   const int g = int(blockIdx.x) / share, m = int(blockIdx.x) % share;
   const int h = tiled ? m * nk + g : g * share + m;
   const SeqStep s = seqs[blockIdx.y];
@@ -289,7 +294,6 @@ __device__ __forceinline__ void gdr_fused_body(GDR_FUSED_PARAMS) {
   const int64_t o_at = r * int64_t(nv) * dv + int64_t(h) * dv + e;
   const float zv = z[o_at];
   const float qn = conv_finish(pq, wq, in_q), kn = conv_finish(pk, wk, in_k), vn = conv_finish(pv, wv, in_v);
-  const GdrScratch sc{qs, ks, red, norms};
   const float o = gdr_token<true>(S, qn, kn, vn, araw, braw, an, bias, 1.0 / sqrt(double(dk)), sc, d0, false);
   if (warp == 0) exch[lane] = o;
   cluster.sync();  // every block's outputs are in place and every old window has been read
@@ -301,7 +305,7 @@ __device__ __forceinline__ void gdr_fused_body(GDR_FUSED_PARAMS) {
       ss += double(v) * double(v);
     }
     ss = warp_sum(ss);
-    const float sn = float(1.0 / sqrt(ss / double(dv) + double(eps)));
+    const float sn = rms_scale(ss, dv, eps);
     float y = (o * sn) * nw;
     y *= siluf(zv);
     out[o_at] = y;
@@ -325,11 +329,10 @@ bool chunked_enabled() {
   return !(v && v[0] == '0');
 }
 
-}  // namespace
-
-void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
-                      const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
-                      const DeltaNetConfig& cfg, const StepPlan& plan) {
+// gated_delta_rule's argument checks (deltanet_recurrence's too, beside its conv and norm ones).
+void check_gdr_args(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
+                    const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
+                    const DeltaNetConfig& cfg, const StepPlan& plan) {
   check_step(ctx, plan);
   for (const Tensor* t : {&out, &qkv, &a, &b, &a_neg, &dt_bias, &state.ssm}) check_f32(*t, "gated_delta_rule tensor");
   const int nk = cfg.n_k_heads, nv = cfg.n_v_heads, dk = cfg.k_head_dim, dv = cfg.v_head_dim;
@@ -341,11 +344,20 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
   KCHECK(state.ssm.cols == int64_t(nv) * dk * dv);
   KCHECK(qkv.rows == plan.n_rows() && out.rows == qkv.rows && a.rows == qkv.rows && b.rows == qkv.rows);
   for (const SeqStep& s : plan.seqs) KCHECK(s.state_slot >= 0 && s.state_slot < state.ssm.rows);
+}
+
+}  // namespace
+
+void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,
+                      const Tensor& a_neg, const Tensor& dt_bias, const StateLayerView& state,
+                      const DeltaNetConfig& cfg, const StepPlan& plan) {
+  check_gdr_args(ctx, out, qkv, a, b, a_neg, dt_bias, state, cfg, plan);
+  const int nk = cfg.n_k_heads, nv = cfg.n_v_heads, dk = cfg.k_head_dim, dv = cfg.v_head_dim;
   if (plan.seqs.empty()) return;
   KCHECK_MSG(dk <= 1024, "gated_delta_rule: key head size ", dk, " exceeds 1024");
   KCHECK_MSG(plan.seqs.size() <= 65535, "gated_delta_rule: more than 65535 sequences in one step");
-  const int threads = 32 * int(ceil_div(dk, 32)), warps = threads / 32;
-  const size_t smem = (2 * size_t(threads) + 2 * size_t(warps) * 32 + 2 * size_t(warps)) * sizeof(double);
+  const int threads = 32 * int(ceil_div(dk, 32));
+  const size_t smem = gdr_scratch_bytes(threads);
   dim3 grid(unsigned(nv), unsigned(plan.seqs.size()), unsigned(ceil_div(dv, 32)));
   bool decode_step = true;  // every sequence one token: the whole step is a kAll launch
   for (const SeqStep& s : plan.seqs) decode_step = decode_step && s.n_tokens == 1;
@@ -391,23 +403,17 @@ bool deltanet_recurrence(const Context& ctx, const Tensor& out, const Tensor& qk
   if (share * Z > 8) return false;  // the portable cluster size
   for (const SeqStep& s : plan.seqs)
     if (s.n_tokens != 1) return false;
-  check_step(ctx, plan);
-  for (const Tensor* t : {&out, &qkv, &z, &a, &b, &conv_w, &a_neg, &dt_bias, &norm, &state.ssm, &state.conv})
-    check_f32(*t, "deltanet_recurrence tensor");
+  check_gdr_args(ctx, out, qkv, a, b, a_neg, dt_bias, state, cfg, plan);
+  for (const Tensor* t : {&z, &conv_w, &norm, &state.conv}) check_f32(*t, "deltanet_recurrence tensor");
   const int64_t C = cfg.conv_dim();
-  KCHECK_MSG(qkv.cols == C && out.cols == int64_t(nv) * dv && z.cols == out.cols && a.cols == nv && b.cols == nv,
-             "deltanet_recurrence: qkv cols ", qkv.cols, " (want ", C, "), out/z cols ", out.cols, "/", z.cols,
-             ", a/b cols ", a.cols, "/", b.cols);
-  KCHECK(qkv.rows == plan.n_rows() && out.rows == qkv.rows && z.rows == qkv.rows && a.rows == qkv.rows &&
-         b.rows == qkv.rows);
+  KCHECK_MSG(z.rows == out.rows && z.cols == out.cols, "deltanet_recurrence: z [", z.rows, ", ", z.cols, "], out [",
+             out.rows, ", ", out.cols, "]");
   KCHECK_MSG(conv_w.rows == C && conv_w.cols == K && state.conv.cols == C * (K - 1), "deltanet_recurrence: conv w [",
              conv_w.rows, ", ", conv_w.cols, "], state cols ", state.conv.cols, " for ", C, " channels, kernel ", K);
-  KCHECK(a_neg.numel() == nv && dt_bias.numel() == nv && norm.numel() == dv);
-  KCHECK(state.ssm.cols == int64_t(nv) * dk * dv);
-  for (const SeqStep& s : plan.seqs)
-    KCHECK(s.state_slot >= 0 && s.state_slot < state.ssm.rows && s.state_slot < state.conv.rows);
-  const int threads = dk, warps = threads / 32;
-  const size_t smem = (2 * size_t(threads) + 2 * size_t(warps) * 32 + 2 * size_t(warps)) * sizeof(double);
+  KCHECK(norm.numel() == dv);
+  for (const SeqStep& s : plan.seqs) KCHECK(s.state_slot < state.conv.rows);
+  const int threads = dk;
+  const size_t smem = gdr_scratch_bytes(threads);
   // Many sequences: the register-capped kernel, as gated_delta_rule picks for its one-token kernel.
   auto* kernel = threads == 128 && plan.seqs.size() >= kGdrCappedMinSeqs ? gdr_fused_kernel_128 : gdr_fused_kernel;
   if (smem > 48 * 1024)

@@ -71,7 +71,7 @@ __global__ void qsa_score_kernel(double* __restrict__ scores, const float* __res
     ss += double(pv) * double(pv);
   }
   ss = warp_sum(ss);
-  const float inv = float(1.0 / sqrt(ss / double(d) + double(eps)));
+  const float inv = rms_scale(ss, d, eps);
   for (int i = lane; i < d; i += 32) v[i] = __fmul_rn(__fmul_rn(v[i], inv), k_norm[i]);
   __syncwarp();
   // RoPE at the block's first position (each pair belongs to one lane)

@@ -18,7 +18,7 @@ __global__ void rms_norm_kernel(float* out,             // [rows, n]
   double ss = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
   ss = block_sum(ss);
-  const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  const float s = rms_scale(ss, n, eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
 }
 
@@ -42,7 +42,7 @@ __global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
     ss += double(r) * double(r);
   }
   ss = block_sum(ss);
-  const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  const float s = rms_scale(ss, n, eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (rr[i] * s) * w[i] : rr[i] * s;
 }
 
@@ -78,7 +78,7 @@ __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n]
     }
   }
   ss = block_sum(ss);
-  const float s = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  const float s = rms_scale(ss, n, eps);
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
@@ -120,7 +120,7 @@ __global__ void group_rms_norm_kernel(float* x,                      // [groups,
   double ss = 0.0;
   for (int i = lane; i < d; i += 32) ss += double(v[i]) * double(v[i]);
   ss = warp_sum(ss);
-  const float s = float(1.0 / sqrt(ss / double(d) + double(eps)));
+  const float s = rms_scale(ss, d, eps);
   for (int i = lane; i < d; i += 32) {
     float r = w ? (v[i] * s) * w[i] : v[i] * s;
     if (z) r *= siluf(z[g * d + i]);
@@ -142,7 +142,7 @@ __global__ void col_group_rms_norm_kernel(float* out,                   // [rows
   double ss = 0.0;
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += double(xg[i]) * double(xg[i]);
   ss = block_sum(ss);
-  const float s = float(1.0 / sqrt(ss / double(group) + double(eps)));
+  const float s = rms_scale(ss, group, eps);
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) o[i] = wg ? (xg[i] * s) * wg[i] : xg[i] * s;
 }
 
@@ -171,7 +171,7 @@ __global__ void group_rms_norm_staged_kernel(float* x,                      // [
   for (int j = 0; j < R; ++j)
     if (lane + 32 * j < d) ss += double(xv[j]) * double(xv[j]);
   ss = warp_sum(ss);
-  const float s = float(1.0 / sqrt(ss / double(d) + double(eps)));
+  const float s = rms_scale(ss, d, eps);
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const int i = lane + 32 * j;

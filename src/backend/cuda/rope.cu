@@ -69,7 +69,7 @@ __global__ void qk_norm_rope_kernel(float* q, const float* __restrict__ q_norm, 
 #pragma unroll
     for (int j = 0; j < R; ++j) ss += double(xv[j]) * double(xv[j]);
     ss = warp_sum(ss);
-    const float sc = float(1.0 / sqrt(ss / double(d) + double(eps)));
+    const float sc = rms_scale(ss, d, eps);
 #pragma unroll
     for (int j = 0; j < R; ++j) xv[j] = (xv[j] * sc) * wv[j];
   }

@@ -179,6 +179,8 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
                 const KvLayerView& cache, const QsaParams& p, const StepPlan& plan);
 void dilated_conv1d_silu(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& state,
                          int kernel, int dilation, const StepPlan& plan);
+// The longest conv kernel conv1d_silu (and deltanet_recurrence's fused conv) takes.
+constexpr int kConv1dMaxKernel = 8;
 void conv1d_silu(const Context& ctx, const Tensor& x, const Tensor& w, const StateLayerView& state, int kernel,
                  const StepPlan& plan);
 void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, const Tensor& a, const Tensor& b,

@@ -11,7 +11,7 @@
 namespace kestrel::cuda {
 namespace {
 
-constexpr int kMaxKernel = 8;
+constexpr int kMaxKernel = kConv1dMaxKernel;
 constexpr int kThreads = 256;
 constexpr int kFusedMaxRows = 4;
 

@@ -322,7 +322,6 @@ __device__ __forceinline__ void gdr_fused_body(GDR_FUSED_PARAMS) {
 
 __global__ void gdr_fused_kernel(GDR_FUSED_PARAMS) { gdr_fused_body(GDR_FUSED_ARGS); }
 __global__ void __launch_bounds__(128, 4) gdr_fused_kernel_128(GDR_FUSED_PARAMS) { gdr_fused_body(GDR_FUSED_ARGS); }
-constexpr int kMaxConvKernel = 8;  // conv1d_silu's bound
 
 bool chunked_enabled() {
   const char* v = std::getenv("KESTREL_CUDA_CHUNKED_DELTANET");
@@ -397,7 +396,7 @@ bool deltanet_recurrence(const Context& ctx, const Tensor& out, const Tensor& qk
                          const StepPlan& plan) {
   const int nk = cfg.n_k_heads, nv = cfg.n_v_heads, dk = cfg.k_head_dim, dv = cfg.v_head_dim, K = cfg.conv_kernel;
   if (plan.seqs.empty() || nk <= 0 || nv % nk != 0 || dk % 32 != 0 || dk > 1024 || dv % 32 != 0 || K < 1 ||
-      K > kMaxConvKernel || plan.seqs.size() > 65535)
+      K > kConv1dMaxKernel || plan.seqs.size() > 65535)
     return false;
   const int share = nv / nk, Z = dv / 32;
   if (share * Z > 8) return false;  // the portable cluster size

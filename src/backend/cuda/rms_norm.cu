@@ -50,8 +50,8 @@ __global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
 // scaling (n <= R * blockDim.x): every load is issued before the first store, where the loops
 // above wait on each load in turn (out may alias x, so a store orders the loads after it). A
 // thread takes the same elements in the same order as above: the same sums, the same bits. Decode
-// rows are short (a few thousand values), so that wait was most of these kernels' time. The row's
-// code is row_norm (row_norm.cuh), which the GEMVs ending a sub-layer run in their last block.
+// rows are short (a few thousand values), so that wait was most of these kernels' time. The kernels
+// ending a sub-layer in their last block (residual_norm_row, row_norm.cuh) compute the same.
 template <int R, bool kAdd>
 __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n] (kAdd) or null
                                        const float* x,              // [rows, n]
@@ -59,8 +59,32 @@ __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n]
                                        float* out,                  // [rows, n]
                                        int64_t n, float eps) {
   pdl_begin();
-  row_norm<R, 1, kAdd>(kAdd ? residual + blockIdx.x * n : nullptr, x + blockIdx.x * n, w, out + blockIdx.x * n, n,
-                       eps);
+  const float* xr = x + blockIdx.x * n;
+  float* rr = kAdd ? residual + blockIdx.x * n : nullptr;
+  float* o = out + blockIdx.x * n;
+  float v[R], wv[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    v[j] = i < n ? (kAdd ? rr[i] + xr[i] : xr[i]) : 0.0f;
+    wv[j] = w && i < n ? w[i] : 1.0f;
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) {
+      if constexpr (kAdd) rr[i] = v[j];
+      ss += double(v[j]) * double(v[j]);
+    }
+  }
+  ss = block_sum(ss);
+  const float s = rms_scale(ss, n, eps);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;
+  }
 }
 
 // rms_norm / add_rms_norm over rows of n: the staged kernel where a thread's elements fit in
@@ -207,7 +231,9 @@ void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, c
 
 bool residual_norm_tail_for(const Context& ctx, const Tensor& y, const ResidualNorm& next, ResidualNormTail& tail) {
   check_add_rms_norm(next.residual, y, next.w, next.out);
-  if (y.rows != 1 || !tail_norm_fits(y.cols) || !ctx.tail_counter) return false;
+  if (y.rows != 1 || !tail_norm_fits(y.cols) || !ctx.tail_counter || !aligned16(y.data) ||
+      !aligned16(next.residual.data) || !aligned16(next.out.data) || (!next.w.empty() && !aligned16(next.w.data)))
+    return false;
   tail = {.residual = next.residual.f32(), .y = y.f32(), .w = next.w.empty() ? nullptr : next.w.f32(),
           .out = next.out.f32(), .counter = ctx.tail_counter, .rows = 1, .n = y.cols, .eps = next.eps};
   return true;

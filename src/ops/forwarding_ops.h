@@ -1,5 +1,5 @@
 // ForwardingOps: a backend wrapped, every call passed through to it — the fused ops too (matmul_gated,
-// add_mul_sigmoid, moe_experts_shared, the *_add_norm ops, sample_candidates), so a wrapped backend runs exactly the
+// add_mul_sigmoid, moe_experts_shared, sample_candidates), so a wrapped backend runs exactly the
 // kernels it runs alone. Each op runs through run(name, fn), which subclasses override to act
 // around it (ProfilingOps times ops; tests inject faults). Allocations and uploads pass straight through.
 #pragma once
@@ -120,15 +120,8 @@ class ForwardingOps : public Ops {
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
     run("matmul_gated", [&] { inner_.matmul_gated(out, gate, up, w, act); });
   }
-  void matmul_gated_add_norm(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
-                             const ResidualNorm& next) override {
-    run("matmul_gated_add_norm", [&] { inner_.matmul_gated_add_norm(out, gate, up, w, act, next); });
-  }
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override {
     run("matmul", [&] { inner_.matmul_multi(x, targets); });
-  }
-  void matmul_add_norm(const Tensor& out, const Tensor& x, const Tensor& w, const ResidualNorm& next) override {
-    run("matmul_add_norm", [&] { inner_.matmul_add_norm(out, x, w, next); });
   }
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
     run("matmul", [&] { inner_.matmul(out, x, w); });
@@ -184,12 +177,6 @@ class ForwardingOps : public Ops {
   void moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override {
     run("moe_experts_shared", [&] { inner_.moe_experts_shared(out, x, ids, weights, experts, shared, shared_gate); });
-  }
-  void moe_experts_shared_add_norm(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                   const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate,
-                                   const ResidualNorm& next) override {
-    run("moe_experts_shared_add_norm",
-        [&] { inner_.moe_experts_shared_add_norm(out, x, ids, weights, experts, shared, shared_gate, next); });
   }
 
  protected:

@@ -84,17 +84,6 @@ struct MatmulTarget {
   Tensor w;
 };
 
-// The residual add and norm that end a sub-layer, handed to the op that produces the sub-layer's
-// output y (matmul_add_norm, matmul_gated_add_norm, moe_experts_shared_add_norm): after y is
-// written, add_rms_norm(residual, y, w, out, eps) — residual += y, out = rms_norm(residual, w).
-// residual, out [T, H] F32, w F32 [1, H] or empty; out is never the residual.
-struct ResidualNorm {
-  Tensor residual;
-  Tensor w;
-  Tensor out;
-  float eps = 0.0f;
-};
-
 // The index of the largest of x[0, n): the first on ties, NaN never chosen over a number (0 when
 // there is nothing else). Ops::argmax computes this per row; the sampler's greedy pick is it too.
 template <typename T>
@@ -262,19 +251,6 @@ class Ops {
     }
     matmul(out, gate, w);
   }
-  // matmul(out, x, w), then next's residual add and norm of out (the sub-layer's output, still
-  // written). Bit-identical to those two ops, which is what this default runs; CUDA one-row steps
-  // run the norm in the GEMV's last block instead of a launch of its own.
-  virtual void matmul_add_norm(const Tensor& out, const Tensor& x, const Tensor& w, const ResidualNorm& next) {
-    matmul(out, x, w);
-    add_rms_norm(next.residual, out, next.w, next.out, next.eps);
-  }
-  // matmul_gated, then next's residual add and norm, as matmul_add_norm.
-  virtual void matmul_gated_add_norm(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
-                                     Activation act, const ResidualNorm& next) {
-    matmul_gated(out, gate, up, w, act);
-    add_rms_norm(next.residual, out, next.w, next.out, next.eps);
-  }
   // Several matmuls of the same x (a layer's input projections): each target exactly what
   // matmul(t.out, x, t.w) computes. Backends may run them as one launch (CUDA decode steps).
   virtual void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
@@ -376,14 +352,6 @@ class Ops {
     } else {
       add_mul_sigmoid(out, shared, shared_gate);
     }
-  }
-  // moe_experts_shared, then next's residual add and norm, as matmul_add_norm (CUDA: in the last
-  // block of the one-row down kernel).
-  virtual void moe_experts_shared_add_norm(const Tensor& out, const Tensor& x, const Tensor& ids,
-                                           const Tensor& weights, const ExpertWeights& experts, const Tensor& shared,
-                                           const Tensor& shared_gate, const ResidualNorm& next) {
-    moe_experts_shared(out, x, ids, weights, experts, shared, shared_gate);
-    add_rms_norm(next.residual, out, next.w, next.out, next.eps);
   }
  protected:
   Phase phase_ = Phase::kOther;

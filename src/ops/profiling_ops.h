@@ -26,7 +26,7 @@ struct OpProfile {
   double in_ops = 0;  // the sum of the ops' own times; span - in_ops is time between ops
   int64_t steps = 0;
   // Floating-point operations of the matrix products (2 per multiply-add of matmul, matmul_multi,
-  // matmul_gated (and their *_add_norm forms) and the experts of moe_experts / moe_experts_shared, as their shapes ask, whatever
+  // matmul_gated and the experts of moe_experts / moe_experts_shared, as their shapes ask, whatever
   // the weights' storage), over the recorded steps.
   double matmul_flops = 0;
 };
@@ -78,15 +78,6 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
     if (recording_) profile_.matmul_flops += 2.0 * double(gate.rows) * double(w.rows) * double(gate.cols);
     ForwardingOps::matmul_gated(out, gate, up, w, act);
   }
-  void matmul_add_norm(const Tensor& out, const Tensor& x, const Tensor& w, const ResidualNorm& next) override {
-    if (recording_) profile_.matmul_flops += 2.0 * double(x.rows) * double(out.cols) * double(x.cols);
-    ForwardingOps::matmul_add_norm(out, x, w, next);
-  }
-  void matmul_gated_add_norm(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
-                             const ResidualNorm& next) override {
-    if (recording_) profile_.matmul_flops += 2.0 * double(gate.rows) * double(w.rows) * double(gate.cols);
-    ForwardingOps::matmul_gated_add_norm(out, gate, up, w, act, next);
-  }
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override {
     count_experts(ids, experts);
@@ -96,12 +87,6 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
                           const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override {
     count_experts(ids, experts);
     ForwardingOps::moe_experts_shared(out, x, ids, weights, experts, shared, shared_gate);
-  }
-  void moe_experts_shared_add_norm(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                   const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate,
-                                   const ResidualNorm& next) override {
-    count_experts(ids, experts);
-    ForwardingOps::moe_experts_shared_add_norm(out, x, ids, weights, experts, shared, shared_gate, next);
   }
 
  private:

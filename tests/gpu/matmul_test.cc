@@ -158,54 +158,6 @@ TEST_F(GpuTest, MatmulGatedEqualsActivationThenMatmul) {
   }
 }
 
-// matmul_add_norm / matmul_gated_add_norm are bit-identical to the product followed by
-// add_rms_norm (the ops the CPU and the default run): one-row GEMVs run the norm in their last
-// block (residual_norm_tail), whose row_norm stands in for add_rms_norm's 128, 256 or 512 threads
-// with 256 (rows of 64 ... 4096, multiples of 4: one or two stand-ins a thread, up to eight values
-// each), with and without the norm weight and with out over y; longer rows, a row of 1030, several
-// rows and unaligned K take add_rms_norm after. Every case runs on one backend, so the tail's counter must be
-// back at zero after each for the next to be right.
-TEST_F(GpuTest, MatmulAddNormEqualsMatmulThenAddNorm) {
-  struct Case { int T; int64_t K, N; bool weight, out_is_y; };
-  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
-    for (Case c : {Case{1, 512, 64, true, false}, Case{1, 512, 200, true, false}, Case{1, 1000, 256, false, false},
-                   Case{1, 256, 600, true, false}, Case{1, 512, 1000, true, true}, Case{1, 512, 1024, true, false},
-                   Case{1, 4096, 2048, true, false}, Case{1, 512, 2056, false, false}, Case{1, 512, 4096, true, false},
-                   Case{1, 256, 4104, true, false}, Case{1, 256, 1030, true, false}, Case{3, 512, 2048, true, false},
-                   Case{1, 36, 2048, true, false}}) {
-      const std::string what = std::string(dtype_name(dt)) + " T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) +
-                               " N=" + std::to_string(c.N) + (c.weight ? "" : " no weight") + (c.out_is_y ? " out=y" : "");
-      Buffer w = random(dt, c.N, c.K, 0.05f), x = random(c.T, c.K), res = random(c.T, c.N, 2.0f);
-      Buffer nw = random(1, c.N, 0.3f);
-      Buffer dw = up(w), dx = up(x), dres = up(res), dres2 = up(res), dnw = up(nw);
-      Buffer y = gpu().alloc(DType::kF32, c.T, c.N), y2 = gpu().alloc(DType::kF32, c.T, c.N);
-      Buffer h = gpu().alloc(DType::kF32, c.T, c.N), h2 = gpu().alloc(DType::kF32, c.T, c.N);
-      const Tensor norm_w = c.weight ? dnw.view() : Tensor{};
-      gpu().matmul_add_norm(y, dx, dw, {.residual = dres, .w = norm_w, .out = c.out_is_y ? y.view() : h.view(), .eps = 1e-6f});
-      gpu().matmul(y2, dx, dw);
-      gpu().add_rms_norm(dres2, y2, norm_w, c.out_is_y ? y2.view() : h2.view(), 1e-6f);
-      EXPECT_EQ(down(dres), down(dres2)) << what << ": residual";
-      EXPECT_EQ(down(y), down(y2)) << what << (c.out_is_y ? ": out" : ": y");
-      if (!c.out_is_y) {
-        EXPECT_EQ(down(h), down(h2)) << what << ": out";
-      }
-      if (dt != DType::kBF16 || c.T != 1) continue;
-      // the gated form: K 512 takes the fused act(gate) * up GEMV, 3000 silu_mul then the GEMV
-      for (int64_t K : {int64_t(512), int64_t(3000)}) {
-        Buffer wg = random(dt, c.N, K, 0.05f), g = random(1, K, 3.0f), u = random(1, K);
-        Buffer dwg = up(wg), dg = up(g), dg2 = up(g), du = up(u), dres3 = up(res), dres4 = up(res);
-        gpu().matmul_gated_add_norm(y, dg, du, dwg, Activation::kSilu,
-                                    {.residual = dres3, .w = norm_w, .out = h, .eps = 1e-6f});
-        gpu().matmul_gated(y2, dg2, du, dwg, Activation::kSilu);
-        gpu().add_rms_norm(dres4, y2, norm_w, h2, 1e-6f);
-        EXPECT_EQ(down(dres3), down(dres4)) << what << " gated K=" << K << ": residual";
-        EXPECT_EQ(down(y), down(y2)) << what << " gated K=" << K << ": y";
-        EXPECT_EQ(down(h), down(h2)) << what << " gated K=" << K << ": out";
-      }
-    }
-  }
-}
-
 TEST_F(GpuTest, MatmulRowSliceInputs) {
   // Views at row offsets (unaligned for odd K) must take the scalar path and stay correct.
   Buffer x = random(10, 37), w = random(DType::kBF16, 20, 37);

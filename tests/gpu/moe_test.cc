@@ -171,46 +171,6 @@ TEST_F(GpuTest, MoeExpertsSharedEqualsExpertsThenAdd) {
   }
 }
 
-// moe_experts_shared_add_norm is bit-identical to moe_experts_shared then add_rms_norm: at one row
-// the split down kernel's last block runs the residual add and norm (a row of 1032: two values of
-// each of two stand-in threads, and 2048), at more rows add_rms_norm runs after.
-TEST_F(GpuTest, MoeExpertsSharedAddNormEqualsParts) {
-  for (int H : {1032, 2048}) {
-    const int E = 8, k = 4, F = 256;
-    ExpertWeights dw;
-    std::vector<Buffer> keep;
-    for (int e = 0; e < E; ++e) {
-      for (auto* list : {&dw.gate, &dw.up}) {
-        keep.push_back(up(random(DType::kBF16, F, H, 0.1f)));
-        list->push_back(keep.back());
-      }
-      keep.push_back(up(random(DType::kBF16, H, F, 0.1f)));
-      dw.down.push_back(keep.back());
-    }
-    for (int T : {1, 3}) {
-      for (int gate_cols : {0, 1}) {
-        Buffer x = random(T, H), logits = random(T, E), s = random(T, H, 2.0f), res = random(T, H, 2.0f);
-        Buffer g = random(T, 1, 3.0f), nw = random(1, H, 0.3f);
-        Buffer ids = cpu_.alloc(DType::kI32, T, k), w = cpu_.alloc(DType::kF32, T, k);
-        cpu_.moe_route(ids, w, logits, k, true);
-        Buffer dx = up(x), dids = up(ids), dwts = up(w), ds = up(s), ds2 = up(s), dg = up(g), dnw = up(nw);
-        Buffer dres = up(res), dres2 = up(res);
-        const Tensor gate = gate_cols ? dg.view() : Tensor{};
-        Buffer y = gpu().alloc(DType::kF32, T, H), y2 = gpu().alloc(DType::kF32, T, H);
-        Buffer h = gpu().alloc(DType::kF32, T, H), h2 = gpu().alloc(DType::kF32, T, H);
-        gpu().moe_experts_shared_add_norm(y, dx, dids, dwts, dw, ds, gate,
-                                          {.residual = dres, .w = dnw, .out = h, .eps = 1e-6f});
-        gpu().moe_experts_shared(y2, dx, dids, dwts, dw, ds2, gate);
-        gpu().add_rms_norm(dres2, y2, dnw, h2, 1e-6f);
-        const std::string what = "H " + std::to_string(H) + " T " + std::to_string(T) + " gate " + std::to_string(gate_cols);
-        EXPECT_EQ(down(y), down(y2)) << what << ": y";
-        EXPECT_EQ(down(dres), down(dres2)) << what << ": residual";
-        EXPECT_EQ(down(h), down(h2)) << what << ": out";
-      }
-    }
-  }
-}
-
 // Gemma 4's experts: GeGLU, routing weights times a per-expert scale, the experts' matrices row
 // ranges of fused [E, 2F, H] gate_up and [E, H, F] down tensors (as the loader splits them).
 struct GemmaExperts {

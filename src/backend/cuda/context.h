@@ -87,9 +87,6 @@ struct Context {
   GraphGuard* guard = nullptr;
   MatmulPrecision matmul_precision = MatmulPrecision::kBf16x3;
   bool deterministic = false;  // batch-invariant kernels only (CudaOps::set_deterministic)
-  // A zeroed device counter for the kernels ending in residual_norm_tail (row_norm.cuh): each
-  // leaves it at zero.
-  unsigned* tail_counter = nullptr;
   // Copies host data into scratch slot `slot` (stream-ordered) and returns the device pointer.
   // Pageable host memory: refused while a capture is open.
   void* upload_scratch(int slot, const void* host, size_t bytes) const;
@@ -133,11 +130,6 @@ void embed(const Context& ctx, const Tensor& out, const Tensor& table, const Ste
 void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, float eps);
 void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
                   float eps);
-struct ResidualNormTail;
-// Fills tail (row_norm.cuh) with next's residual add and norm of y for a kernel that writes y and
-// ends with residual_norm_tail, and returns true, where that kernel can run it (y one row of at
-// most kTailMaxN); false otherwise (the caller runs add_rms_norm). Checks next as add_rms_norm does.
-bool residual_norm_tail_for(const Context& ctx, const Tensor& y, const ResidualNorm& next, ResidualNormTail& tail);
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps);
 void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
 // Ops::deltanet_recurrence as one launch for a decode step (every sequence one token) whose shapes
@@ -170,13 +162,10 @@ void streams_expand(const Context& ctx, const Tensor& out, const Tensor& y);
 void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const Tensor& x);
 void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);
 void stream_gate(const Context& ctx, const Tensor& g, const Tensor& a, const Tensor& b);
-// With next (Ops::matmul_add_norm): then next's residual add and norm of out.
-void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w,
-            const ResidualNorm* next = nullptr);
-// out = (act(gate) * up) . w^T (a gated MLP's down projection); gate may be overwritten. With
-// next, then its residual add and norm of out.
+void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
+// out = (act(gate) * up) . w^T (a gated MLP's down projection); gate may be overwritten.
 void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
-                  Activation act, const ResidualNorm* next = nullptr);
+                  Activation act);
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 // Ops::qk_norm_rope as one launch, when the shapes suit its kernel (head_dim a multiple of 32, at
@@ -200,10 +189,8 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
 void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                bool norm_topk);
 // With shared (and shared_gate, empty or [T, 1] or [T, H]): out += shared * sigmoid(shared_gate),
-// or + shared, in the routed sum's pass (Ops::moe_experts_shared). With next, then its residual
-// add and norm of out (Ops::moe_experts_shared_add_norm).
+// or + shared, in the routed sum's pass (Ops::moe_experts_shared).
 void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, const Tensor* shared = nullptr, const Tensor* shared_gate = nullptr,
-                 const ResidualNorm* next = nullptr);
+                 const ExpertWeights& experts, const Tensor* shared = nullptr, const Tensor* shared_gate = nullptr);
 
 }  // namespace kestrel::cuda

@@ -140,8 +140,6 @@ CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()) {
   impl_->ctx.scratch = &impl_->scratch;
   impl_->ctx.tables = &impl_->tables;
   impl_->ctx.guard = impl_->guard.get();
-  CUDA_CHECK(cudaMalloc(&impl_->ctx.tail_counter, sizeof(unsigned)));
-  CUDA_CHECK(cudaMemsetAsync(impl_->ctx.tail_counter, 0, sizeof(unsigned), impl_->ctx.stream));
   const char* env = std::getenv("KESTREL_CUDA_GRAPHS");
   impl_->graphs_on = !(env && std::strcmp(env, "0") == 0);
 }
@@ -150,7 +148,6 @@ CudaOps::~CudaOps() {
   if (!impl_) return;
   abort_capture();
   cudaStreamSynchronize(impl_->ctx.stream);
-  if (impl_->ctx.tail_counter) cudaFree(impl_->ctx.tail_counter);
   if (impl_->ctx.cublas) cublasDestroy(impl_->ctx.cublas);
   if (impl_->ctx.stream) cudaStreamDestroy(impl_->ctx.stream);
 }
@@ -454,13 +451,6 @@ void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda
 void CudaOps::matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) {
   cuda::matmul_gated(ctx(), out, gate, up, w, act);
 }
-void CudaOps::matmul_add_norm(const Tensor& out, const Tensor& x, const Tensor& w, const ResidualNorm& next) {
-  cuda::matmul(ctx(), out, x, w, &next);
-}
-void CudaOps::matmul_gated_add_norm(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
-                                    Activation act, const ResidualNorm& next) {
-  cuda::matmul_gated(ctx(), out, gate, up, w, act, &next);
-}
 void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
   cuda::matmul_multi(ctx(), x, targets);
 }
@@ -516,11 +506,6 @@ void CudaOps::moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids,
 void CudaOps::moe_experts_shared(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                                  const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) {
   cuda::moe_experts(ctx(), out, x, ids, weights, experts, &shared, &shared_gate);
-}
-void CudaOps::moe_experts_shared_add_norm(const Tensor& out, const Tensor& x, const Tensor& ids,
-                                          const Tensor& weights, const ExpertWeights& experts, const Tensor& shared,
-                                          const Tensor& shared_gate, const ResidualNorm& next) {
-  cuda::moe_experts(ctx(), out, x, ids, weights, experts, &shared, &shared_gate, &next);
 }
 
 }  // namespace kestrel

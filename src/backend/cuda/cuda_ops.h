@@ -82,9 +82,6 @@ class CudaOps final : public Ops, public StepGraphs {
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override;
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override;
-  void matmul_add_norm(const Tensor& out, const Tensor& x, const Tensor& w, const ResidualNorm& next) override;
-  void matmul_gated_add_norm(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
-                             const ResidualNorm& next) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, int head_dim,
                     float eps, const RopeConfig& rope_cfg, const StepPlan& plan) override;
@@ -110,9 +107,6 @@ class CudaOps final : public Ops, public StepGraphs {
                           const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate) override;
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override;
-  void moe_experts_shared_add_norm(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                   const ExpertWeights& experts, const Tensor& shared, const Tensor& shared_gate,
-                                   const ResidualNorm& next) override;
 
   // Waits for all work queued so far.
   void synchronize();

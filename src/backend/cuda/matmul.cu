@@ -29,7 +29,6 @@
 
 #include "backend/cuda/quant_gemv_q4k.cuh"
 #include "backend/cuda/quant_gemv_q6k.cuh"
-#include "backend/cuda/row_norm.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -118,18 +117,15 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
   }
 }
 
-// kTail: then the residual add and norm of out in the last block (residual_norm_tail, row_norm.cuh).
-template <typename W, typename XS, bool kTail = false>
+template <typename W, typename XS>
 __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
                              const XS x,               // [1, K]
                              const W* __restrict__ w,  // [N, K]
-                             int64_t K, int64_t N, ResidualNormTail tail) {
+                             int64_t K, int64_t N) {
   prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, N);
   pdl_begin();
   gemv1_block<W, XS>(out, x, w, K, N, blockIdx.x);
-  if constexpr (kTail) residual_norm_tail(tail);
 }
-static_assert(kGemvWarps * 32 == kTailThreads);
 
 // R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
 // memory a tile of kGemvTileK columns at a time, and each warp computes kGemv1Cols columns for all
@@ -394,21 +390,17 @@ void launch_gemv_rows(cudaStream_t stream, float* out, const XS x, const W* w, i
 }
 
 // The vectorized GEMV over T rows (K % 8 == 0, 16-byte aligned rows): groups of 8 rows (then the
-// remainder), each group one pass over the weights. tail (T = 1 only): the one-row kernel ends
-// with it.
+// remainder), each group one pass over the weights.
 template <typename W, typename XS>
-void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, int64_t T, int64_t K, int64_t N,
-                     const ResidualNormTail* tail = nullptr) {
-  KCHECK(!tail || T == 1);
+void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, int64_t T, int64_t K, int64_t N) {
   for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
     const int rows = int(std::min<int64_t>(kGemvMaxRows, T - r0));
     float* o = out + r0 * N;
     const XS xr = x.rows_from(r0 * K);
-    const unsigned grid = unsigned(ceil_div(N, kGemvWarps * kGemv1Cols));
     switch (rows) {
       case 1:
-        if (tail) launch(gemv1_kernel<W, XS, true>, grid, kGemvWarps * 32, 0, stream, o, xr, w, K, N, *tail);
-        else launch(gemv1_kernel<W, XS>, grid, kGemvWarps * 32, 0, stream, o, xr, w, K, N, ResidualNormTail{});
+        launch(gemv1_kernel<W, XS>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, o, xr,
+               w, K, N);
         CUDA_CHECK_LAUNCH();
         break;
       case 2: launch_gemv_rows<W, 2>(stream, o, xr, w, K, N); break;
@@ -628,31 +620,9 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   }
 }
 
-void matmul_plain(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w);
-
 }  // namespace
 
-// With next, a one-row product of plain weights (the vectorized GEMV) runs next's residual add and
-// norm in its last block; any other runs add_rms_norm after it.
-void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, const ResidualNorm* next) {
-  ResidualNormTail tail;
-  const bool fused = next && x.rows == 1 && residual_norm_tail_for(ctx, out, *next, tail) && x.cols % 8 == 0 &&
-                     x.cols == w.cols && out.cols == w.rows && x.dtype == DType::kF32 && aligned16(x.data) &&
-                     aligned16(w.data) && w.device == Device::kCuda &&
-                     (w.dtype == DType::kBF16 || w.dtype == DType::kF16 || w.dtype == DType::kF32);
-  if (!fused) {
-    matmul_plain(ctx, out, x, w);
-    if (next) add_rms_norm(ctx, next->residual, out, next->w, next->out, next->eps);
-    return;
-  }
-  dispatch_weight(w.dtype, "matmul", [&]<typename W>() {
-    launch_gemv_vec<W>(ctx.stream, out.f32(), PlainX{x.f32()}, w.as<const W>(), 1, x.cols, w.rows, &tail);
-  });
-}
-
-namespace {
-
-void matmul_plain(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w) {
+void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w) {
   check_f32(x, "matmul x");
   check_f32(out, "matmul out");
   KCHECK_MSG(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shapes: x [", x.rows, ",", x.cols,
@@ -688,10 +658,8 @@ void matmul_plain(const Context& ctx, const Tensor& out, const Tensor& x, const 
   });
 }
 
-}  // namespace
-
 void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
-                  Activation act, const ResidualNorm* next) {
+                  Activation act) {
   KCHECK_MSG(act == Activation::kSilu || act == Activation::kGeluTanh,
              "matmul_gated: activation must be silu or gelu-tanh");
   check_f32(gate, "matmul_gated gate");
@@ -713,20 +681,17 @@ void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, con
   if (!fused) {
     if (act == Activation::kGeluTanh) gelu_tanh_mul(ctx, gate, gate, up);
     else silu_mul(ctx, gate, gate, up);
-    matmul(ctx, out, gate, w, next);
+    matmul(ctx, out, gate, w);
     return;
   }
-  ResidualNormTail tail;
-  const bool with_tail = next && T == 1 && residual_norm_tail_for(ctx, out, *next, tail);
   dispatch_weight(w.dtype, "matmul_gated", [&]<typename W>() {
     if (act == Activation::kGeluTanh)
       launch_gemv_vec<W>(ctx.stream, out.f32(), ActMulX<Activation::kGeluTanh>{gate.f32(), up.f32()}, w.as<const W>(),
-                         T, K, w.rows, with_tail ? &tail : nullptr);
+                         T, K, w.rows);
     else
       launch_gemv_vec<W>(ctx.stream, out.f32(), ActMulX<Activation::kSilu>{gate.f32(), up.f32()}, w.as<const W>(), T,
-                         K, w.rows, with_tail ? &tail : nullptr);
+                         K, w.rows);
   });
-  if (next && !with_tail) add_rms_norm(ctx, next->residual, out, next->w, next->out, next->eps);
 }
 
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {

@@ -17,7 +17,6 @@
 // (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped or
 // per-pair kernels like BF16 ones, each 8 weights decoded in registers (quant_blocks.cuh).
 #include "backend/cuda/quant_blocks.cuh"
-#include "backend/cuda/row_norm.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -496,8 +495,7 @@ __global__ void moe_down_sum_pair_kernel(float* __restrict__ out,            // 
 // passed its wait. Needs F % 8 == 0 and 16-byte aligned rows.
 constexpr int kDownCols = 8;
 constexpr int64_t kDownPrefetchMax = int64_t(24) << 20;
-// kTail: then the residual add and norm of out in the last block (residual_norm_tail, row_norm.cuh).
-template <typename W, bool Scaled, bool kTail>
+template <typename W, bool Scaled>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_down_sum_split_kernel(float* __restrict__ out,            // [T, H]
                               const float* __restrict__ hbuf,     // [T * k, F]
@@ -506,8 +504,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                               const void* const* __restrict__ down,
                               const float* __restrict__ expert_scale,  // [E] or null
                               int k, int64_t H, int64_t F, int64_t prefetch_row_bytes,
-                              const float* __restrict__ shared, const float* __restrict__ gate, int64_t gate_cols,
-                              ResidualNormTail tail) {
+                              const float* __restrict__ shared, const float* __restrict__ gate, int64_t gate_cols) {
   constexpr int C = kDownCols;
   __shared__ float part[kMaxTopK][C];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -547,15 +544,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   __syncthreads();
-  if (threadIdx.x < n_cols) {
-    float s = 0.0f;
-    for (int j = 0; j < k; ++j) s = __fadd_rn(s, part[j][threadIdx.x]);
-    const int64_t i = t * H + c0 + threadIdx.x;
-    out[i] = plus_shared(s, shared, gate, gate_cols, t, i);
-  }
-  if constexpr (kTail) residual_norm_tail(tail);
+  if (threadIdx.x >= n_cols) return;
+  float s = 0.0f;
+  for (int j = 0; j < k; ++j) s = __fadd_rn(s, part[j][threadIdx.x]);
+  const int64_t i = t * H + c0 + threadIdx.x;
+  out[i] = plus_shared(s, shared, gate, gate_cols, t, i);
 }
-static_assert(kWarps * 32 == kTailThreads);
 
 // out[t, c] = sum over j in order of ybuf[t * k + j, c], plus_shared.
 __global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict__ ybuf, int k, int64_t T, int64_t H,
@@ -587,12 +581,8 @@ void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, con
   CUDA_CHECK_LAUNCH();
 }
 
-namespace {
-
-// moe_experts; with tail, a path whose last kernel can end with it does (and returns true).
-bool run_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, const Tensor* shared, const Tensor* shared_gate,
-                 const ResidualNormTail* tail) {
+void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const ExpertWeights& experts, const Tensor* shared, const Tensor* shared_gate) {
   check_f32(out, "moe_experts out");
   check_f32(x, "moe_experts x");
   check_f32(weights, "moe_experts weights");
@@ -646,7 +636,7 @@ bool run_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
                  ",", gate->cols, "] for [", T, ",", H, "]");
     }
   }
-  if (T == 0) return false;
+  if (T == 0) return;
   const void* const* table = ctx.tables->get(ptrs, ctx.stream);  // [gate E | up E | down E]
   const int64_t P = T * k;
   KCHECK_MSG(P <= 65535, "moe_experts: ", P, " (token, expert) pairs in one step (the CUDA kernel takes 65535)");
@@ -655,7 +645,6 @@ bool run_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   const float* shared_f = shared ? shared->f32() : nullptr;
   const float* gate_f = gate ? gate->f32() : nullptr;
   const int64_t gate_cols = gate ? gate->cols : 0;
-  bool tail_run = false;
   if (vec_h && vec_f && T <= kPairMaxRows && k <= kMaxTopK) {  // per-pair kernels: no grouping, no separate sum
     dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
       const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), unsigned(P));
@@ -687,17 +676,9 @@ bool run_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
           // (GpuBench.MoeExpertsDecode, BF16, T = 1, gate/up and down): 20.8 -> 17.7 us.
           const int64_t row_bytes = dtype_row_bytes(wt_down, F);
           const int64_t prefetch = P * H * row_bytes <= kDownPrefetchMax ? row_bytes : 0;
-          const dim3 grid(unsigned(ceil_div(H, kDownCols)), 1u);
-          if (tail) {
-            launch(moe_down_sum_split_kernel<W, Scaled, true>, grid, kWarps * 32, 0, ctx.stream, out.f32(), hbuf,
-                   ids.as<const int32_t>(), weights.f32(), table + 2 * E, scale, k, H, F, prefetch, shared_f, gate_f,
-                   gate_cols, *tail);
-            tail_run = true;
-          } else {
-            launch(moe_down_sum_split_kernel<W, Scaled, false>, grid, kWarps * 32, 0, ctx.stream, out.f32(), hbuf,
-                   ids.as<const int32_t>(), weights.f32(), table + 2 * E, scale, k, H, F, prefetch, shared_f, gate_f,
-                   gate_cols, ResidualNormTail{});
-          }
+          launch(moe_down_sum_split_kernel<W, Scaled>, dim3(unsigned(ceil_div(H, kDownCols)), 1u), kWarps * 32, 0,
+                 ctx.stream, out.f32(), hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E, scale, k, H, F,
+                 prefetch, shared_f, gate_f, gate_cols);
         } else {
           launch(moe_down_sum_pair_kernel<W, Scaled>, dim3(unsigned(ceil_div(H, kWarps * 2)), unsigned(T)),
                  kWarps * 32, 0, ctx.stream, out.f32(), hbuf, ids.as<const int32_t>(), weights.f32(), table + 2 * E,
@@ -711,7 +692,7 @@ bool run_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
       }
       CUDA_CHECK_LAUNCH();
     });
-    return tail_run;
+    return;
   }
   auto* ybuf = static_cast<float*>(ctx.scratch->get(kSlotMoePartial, size_t(P * H) * 4));
   if (vec_h && vec_f) {
@@ -780,18 +761,6 @@ bool run_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
   launch(moe_sum_kernel, unsigned(std::min<int64_t>(ceil_div(T * H, 256), 65535)), 256, 0, ctx.stream, out.f32(), ybuf,
          k, T, H, shared_f, gate_f, gate_cols);
   CUDA_CHECK_LAUNCH();
-  return false;
-}
-
-}  // namespace
-
-void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                 const ExpertWeights& experts, const Tensor* shared, const Tensor* shared_gate,
-                 const ResidualNorm* next) {
-  ResidualNormTail tail;
-  const bool with_tail = run_experts(ctx, out, x, ids, weights, experts, shared, shared_gate,
-                                     next && residual_norm_tail_for(ctx, out, *next, tail) ? &tail : nullptr);
-  if (next && !with_tail) add_rms_norm(ctx, next->residual, out, next->w, next->out, next->eps);
 }
 
 }  // namespace kestrel::cuda

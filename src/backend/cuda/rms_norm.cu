@@ -2,7 +2,7 @@
 // head_rms_norm over head_dim groups, gated_rms_norm (norm * w * silu(z)) over head_dim groups, and group_rms_norm (column blocks of a
 // row, a weight per column: hyper-connection streams). Sums of squares in double, as the
 // CPU oracle does; out may alias x (each element is read before it is written, by one thread).
-#include "backend/cuda/row_norm.cuh"
+#include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -50,8 +50,7 @@ __global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
 // scaling (n <= R * blockDim.x): every load is issued before the first store, where the loops
 // above wait on each load in turn (out may alias x, so a store orders the loads after it). A
 // thread takes the same elements in the same order as above: the same sums, the same bits. Decode
-// rows are short (a few thousand values), so that wait was most of these kernels' time. The kernels
-// ending a sub-layer in their last block (residual_norm_row, row_norm.cuh) compute the same.
+// rows are short (a few thousand values), so that wait was most of these kernels' time.
 template <int R, bool kAdd>
 __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n] (kAdd) or null
                                        const float* x,              // [rows, n]
@@ -91,17 +90,18 @@ __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n]
 // 16 registers, the loop kernels beyond.
 void launch_row_norm(cudaStream_t stream, float* residual, const float* x, const float* w, float* out, int64_t rows,
                      int64_t n, float eps) {
-  const int threads = row_norm_threads(n), per = row_norm_per_thread(n);
+  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 128;
+  const int64_t per = ceil_div(n, threads);
   const unsigned grid = unsigned(rows);
   auto staged = [&]<int R>() {
     if (residual) launch(rms_norm_staged_kernel<R, true>, grid, threads, 0, stream, residual, x, w, out, n, eps);
     else launch(rms_norm_staged_kernel<R, false>, grid, threads, 0, stream, nullptr, x, w, out, n, eps);
   };
-  if (per == 1) staged.template operator()<1>();
-  else if (per == 2) staged.template operator()<2>();
-  else if (per == 4) staged.template operator()<4>();
-  else if (per == 8) staged.template operator()<8>();
-  else if (per == 16) staged.template operator()<16>();
+  if (per <= 1) staged.template operator()<1>();
+  else if (per <= 2) staged.template operator()<2>();
+  else if (per <= 4) staged.template operator()<4>();
+  else if (per <= 8) staged.template operator()<8>();
+  else if (per <= 16) staged.template operator()<16>();
   else if (residual) launch(add_rms_norm_kernel, grid, threads, 0, stream, residual, x, w, out, n, eps);
   else launch(rms_norm_kernel, grid, threads, 0, stream, out, x, w, n, eps);
   CUDA_CHECK_LAUNCH();
@@ -207,8 +207,8 @@ void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tens
   launch_row_norm(ctx.stream, nullptr, x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), x.rows, x.cols, eps);
 }
 
-namespace {
-void check_add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out) {
+void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
+                  float eps) {
   check_f32(residual, "add_rms_norm residual");
   check_f32(x, "add_rms_norm x");
   check_f32(out, "add_rms_norm out");
@@ -218,25 +218,9 @@ void check_add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w
              out.rows, ", ", out.cols, "]");
   KCHECK_MSG(out.data != residual.data, "add_rms_norm: out must not be the residual");
   KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == residual.cols));
-}
-}  // namespace
-
-void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
-                  float eps) {
-  check_add_rms_norm(residual, x, w, out);
   if (residual.rows == 0) return;
   launch_row_norm(ctx.stream, residual.f32(), x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), residual.rows,
                   residual.cols, eps);
-}
-
-bool residual_norm_tail_for(const Context& ctx, const Tensor& y, const ResidualNorm& next, ResidualNormTail& tail) {
-  check_add_rms_norm(next.residual, y, next.w, next.out);
-  if (y.rows != 1 || !tail_norm_fits(y.cols) || !ctx.tail_counter || !aligned16(y.data) ||
-      !aligned16(next.residual.data) || !aligned16(next.out.data) || (!next.w.empty() && !aligned16(next.w.data)))
-    return false;
-  tail = {.residual = next.residual.f32(), .y = y.f32(), .w = next.w.empty() ? nullptr : next.w.f32(),
-          .out = next.out.f32(), .counter = ctx.tail_counter, .rows = 1, .n = y.cols, .eps = next.eps};
-  return true;
 }
 
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps) {

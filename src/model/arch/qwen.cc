@@ -187,23 +187,22 @@ void QwenModel::forward(const StepPlan& plan, ModelCache& cache, const Tensor& l
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const QwenLayer& layer = layers_[size_t(l)];
     // h holds this layer's normalized input: the residual add ending the previous layer made it.
-    // Each sub-layer ends with x += y; h = norm(x), run by the op that writes y (ResidualNorm).
-    const ResidualNorm post{.residual = x, .w = layer.post_norm, .out = h, .eps = eps};
     if (layer.kind == LayerKind::kLinearAttention) {
-      deltanet_block(ops_, ws_, layer.gdn, cfg_.gdn, eps, cache.state(l), plan, h, y, &post);
+      deltanet_block(ops_, ws_, layer.gdn, cfg_.gdn, eps, cache.state(l), plan, h, y);
     } else {
-      attention_block(ops_, ws_, layer.attn, cfg_.attn, eps, cache.kv(l), 0, plan, h, y, Tensor{}, nullptr, true,
-                      &post);
+      attention_block(ops_, ws_, layer.attn, cfg_.attn, eps, cache.kv(l), 0, plan, h, y);
     }
-    const bool last = l + 1 == cfg_.n_layers;
-    const ResidualNorm next_input{.residual = x, .w = last ? Tensor{} : layers_[size_t(l) + 1].input_norm, .out = h,
-                                  .eps = eps};  // the next layer's input norm
+    ops_.add_rms_norm(x, y, layer.post_norm, h, eps);  // x += y; h = norm(x)
     if (layer.moe) {
-      moe_block(ops_, ws_, layer.moe_w, cfg_.moe, h, y, last ? nullptr : &next_input);
+      moe_block(ops_, ws_, layer.moe_w, cfg_.moe, h, y);
     } else {
-      mlp_block(ops_, ws_, layer.mlp, h, y, last ? nullptr : &next_input);
+      mlp_block(ops_, ws_, layer.mlp, h, y);
     }
-    if (last) ops_.add(x, x, y);
+    if (l + 1 < cfg_.n_layers) {
+      ops_.add_rms_norm(x, y, layers_[size_t(l) + 1].input_norm, h, eps);  // and the next layer's input norm
+    } else {
+      ops_.add(x, x, y);
+    }
     if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
   }
   norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);

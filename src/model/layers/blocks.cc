@@ -1,19 +1,10 @@
 #include "model/layers/blocks.h"
 
 namespace kestrel {
-namespace {
-
-// A block's output projection y = o . w^T, and the residual add and norm after it when given.
-void out_projection(Ops& ops, const Tensor& y, const Tensor& o, const Tensor& w, const ResidualNorm* next) {
-  if (next) ops.matmul_add_norm(y, o, w, *next);
-  else ops.matmul(y, o, w);
-}
-
-}  // namespace
 
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                     const Tensor& select, StepKv* step, bool write_kv, const ResidualNorm* next) {
+                     const Tensor& select, StepKv* step, bool write_kv) {
   PhaseScope phase(ops, Phase::kAttention);
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
@@ -50,12 +41,11 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
                  .window = window, .select = select, .write_kv = write_kv},
                 plan);
   if (!gate.empty()) ops.mul_sigmoid(o, gate);
-  out_projection(ops, y, o, w.o, next);
+  ops.matmul(y, o, w.o);
 }
 
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
-                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                    const ResidualNorm* next) {
+                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kDeltaNet);
   const int64_t T = x.rows;
   const int64_t v_width = int64_t(cfg.n_v_heads) * cfg.v_head_dim;
@@ -75,23 +65,20 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
     ops.activation(z, cfg.gate_act);
     ops.mul(o, o, z);
   }
-  out_projection(ops, y, o, w.out, next);
+  ops.matmul(y, o, w.out);
 }
 
-void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y,
-               const ResidualNorm* next) {
+void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows, F = w.gate.rows;
   Tensor g = ws.take(T, F);
   Tensor u = ws.take(T, F);
   const MatmulTarget proj[] = {{g, w.gate}, {u, w.up}};
   ops.matmul_multi(x, proj);
-  if (next) ops.matmul_gated_add_norm(y, g, u, w.down, w.act, *next);
-  else ops.matmul_gated(y, g, u, w.down, w.act);
+  ops.matmul_gated(y, g, u, w.down, w.act);
 }
 
-void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y,
-               const ResidualNorm* next) {
+void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows;
   const bool shared = !w.shared.gate.empty();
@@ -121,13 +108,10 @@ void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cf
   Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
   Tensor weights = ws.take(T, cfg.top_k);
   ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
-  if (shared && next) {  // y = routed sum + s, times sigmoid(sg) when the layer gates it
-    ops.moe_experts_shared_add_norm(y, x, ids, weights, w.experts, s, sg, *next);
-  } else if (shared) {
+  if (shared) {  // y = routed sum + s, times sigmoid(sg) when the layer gates it
     ops.moe_experts_shared(y, x, ids, weights, w.experts, s, sg);
   } else {
     ops.moe_experts(y, x, ids, weights, w.experts);
-    if (next) ops.add_rms_norm(next->residual, y, next->w, next->out, next->eps);
   }
 }
 

@@ -59,18 +59,12 @@ struct StepKv {
 // row attends (sparse attention, see ops.h). `step`: where a layer with k/v weights leaves its k/v,
 // and where a KV-shared layer (no k/v weights) takes its source layer's. `write_kv` false leaves
 // the cache write to a later ops.kv_write (after the last layer that reads the source's cache).
-// `next` (every block): the residual add and norm that follows the block, run by the op that
-// writes y (ResidualNorm, ops.h), or null to leave it to the caller.
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                     const Tensor& select = Tensor{}, StepKv* step = nullptr, bool write_kv = true,
-                     const ResidualNorm* next = nullptr);
+                     const Tensor& select = Tensor{}, StepKv* step = nullptr, bool write_kv = true);
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
-                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                    const ResidualNorm* next = nullptr);
-void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y,
-               const ResidualNorm* next = nullptr);
-void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y,
-               const ResidualNorm* next = nullptr);
+                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y);
+void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y);
+void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y);
 
 }  // namespace kestrel

@@ -39,7 +39,8 @@ nlohmann::json print_profile(FILE* out, const std::string& label, const OpProfil
   // The matrix products' rate: their FLOPs over the time of the ops that compute them (every op
   // ProfilingOps counts FLOPs for; matmul_multi is timed under "matmul").
   double product_seconds = 0;
-  for (const char* name : {"matmul", "matmul_gated", "moe_experts", "moe_experts_shared"})
+  // (matmul_gated_and_route's time includes its route, a few microseconds a call.)
+  for (const char* name : {"matmul", "matmul_gated", "matmul_gated_and_route", "moe_experts", "moe_experts_shared"})
     if (auto it = p.by_op.find(name); it != p.by_op.end()) product_seconds += it->second.seconds;
   if (p.matmul_flops > 0 && product_seconds > 0) {
     const double rate = p.matmul_flops / product_seconds;

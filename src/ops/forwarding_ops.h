@@ -1,5 +1,5 @@
 // ForwardingOps: a backend wrapped, every call passed through to it — the fused ops too (matmul_gated,
-// add_mul_sigmoid, moe_experts_shared, sample_candidates), so a wrapped backend runs exactly the
+// matmul_gated_and_route, add_mul_sigmoid, moe_experts_shared, sample_candidates), so a wrapped backend runs exactly the
 // kernels it runs alone. Each op runs through run(name, fn), which subclasses override to act
 // around it (ProfilingOps times ops; tests inject faults). Allocations and uploads pass straight through.
 #pragma once
@@ -119,6 +119,12 @@ class ForwardingOps : public Ops {
   }
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
     run("matmul_gated", [&] { inner_.matmul_gated(out, gate, up, w, act); });
+  }
+  void matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
+                              const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
+                              bool norm_topk) override {
+    run("matmul_gated_and_route",
+        [&] { inner_.matmul_gated_and_route(out, gate, up, w, act, ids, weights, logits, top_k, norm_topk); });
   }
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override {
     run("matmul", [&] { inner_.matmul_multi(x, targets); });

@@ -251,6 +251,16 @@ class Ops {
     }
     matmul(out, gate, w);
   }
+  // An MoE layer's shared expert's down projection and its route, which neither reads what the
+  // other writes: matmul_gated(out, gate, up, w, act) and moe_route(ids, weights, logits, top_k,
+  // norm_topk), each bit-identical to its own op — this default runs the two; CUDA decode steps run
+  // them in one launch (the route in blocks beside the GEMV's), so neither waits for the other.
+  virtual void matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
+                                      Activation act, const Tensor& ids, const Tensor& weights, const Tensor& logits,
+                                      int top_k, bool norm_topk) {
+    matmul_gated(out, gate, up, w, act);
+    moe_route(ids, weights, logits, top_k, norm_topk);
+  }
   // Several matmuls of the same x (a layer's input projections): each target exactly what
   // matmul(t.out, x, t.w) computes. Backends may run them as one launch (CUDA decode steps).
   virtual void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {

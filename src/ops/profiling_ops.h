@@ -26,7 +26,7 @@ struct OpProfile {
   double in_ops = 0;  // the sum of the ops' own times; span - in_ops is time between ops
   int64_t steps = 0;
   // Floating-point operations of the matrix products (2 per multiply-add of matmul, matmul_multi,
-  // matmul_gated and the experts of moe_experts / moe_experts_shared, as their shapes ask, whatever
+  // matmul_gated (and matmul_gated_and_route's product) and the experts of moe_experts / moe_experts_shared, as their shapes ask, whatever
   // the weights' storage), over the recorded steps.
   double matmul_flops = 0;
 };
@@ -77,6 +77,12 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
     if (recording_) profile_.matmul_flops += 2.0 * double(gate.rows) * double(w.rows) * double(gate.cols);
     ForwardingOps::matmul_gated(out, gate, up, w, act);
+  }
+  void matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
+                              const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
+                              bool norm_topk) override {
+    if (recording_) profile_.matmul_flops += 2.0 * double(gate.rows) * double(w.rows) * double(gate.cols);
+    ForwardingOps::matmul_gated_and_route(out, gate, up, w, act, ids, weights, logits, top_k, norm_topk);
   }
   void moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertWeights& experts) override {

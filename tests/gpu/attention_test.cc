@@ -62,7 +62,6 @@ TEST_F(GpuTest, QkNormRopeEqualsNormThenRope) {
     RopeConfig rc{.theta = 1e6, .rotary_dim = c.rot, .freq_dim = c.whole ? c.hd : 0, .whole_head_pairs = c.whole};
     const Tensor none{};
     const Tensor& tk = c.k_heads ? k.view() : none;
-    const Tensor& tk2 = c.k_heads ? k2.view() : none;
     gpu().begin_step(plan);
     gpu().qk_norm_rope(q, c.q_norm ? qn.view() : none, tk, c.k_norm ? kn.view() : none, c.hd, 1e-6f, rc, plan);
     if (c.q_norm) gpu().head_rms_norm(q2, qn, c.hd, 1e-6f);

@@ -33,6 +33,36 @@ TEST_F(GpuTest, MoeRoute) {
   }
 }
 
+// matmul_gated_and_route (a shared expert's down projection and the layer's route in one launch
+// for up to 8 rows with K <= 1024; otherwise the two ops) is bit-identical to matmul_gated then
+// moe_route: 1, 2 and 8 rows, 9 rows and K 2048 (the two ops), silu and gelu-tanh, 8 to 512
+// experts, top 1 and top 8.
+TEST_F(GpuTest, MatmulGatedAndRouteEqualsTheTwoOps) {
+  struct Case { int T; int64_t K, N; int E, k; Activation act; };
+  for (Case c : {Case{1, 512, 2048, 256, 8, Activation::kSilu}, Case{1, 512, 257, 8, 1, Activation::kGeluTanh},
+                 Case{2, 1024, 2048, 128, 8, Activation::kSilu}, Case{8, 512, 2048, 512, 8, Activation::kSilu},
+                 Case{8, 256, 1000, 64, 3, Activation::kGeluTanh}, Case{9, 512, 2048, 256, 8, Activation::kSilu},
+                 Case{1, 2048, 2048, 256, 8, Activation::kSilu}}) {
+    const std::string what = "T " + std::to_string(c.T) + " K " + std::to_string(c.K) + " N " + std::to_string(c.N) +
+                             " E " + std::to_string(c.E) + " k " + std::to_string(c.k);
+    Buffer w = random(DType::kBF16, c.N, c.K, 0.05f), g = random(c.T, c.K, 3.0f), u = random(c.T, c.K);
+    Buffer logits = random(c.T, c.E, 2.0f);
+    Buffer dw = up(w), dg = up(g), dg2 = up(g), du = up(u), dl = up(logits);
+    Buffer out = gpu().alloc(DType::kF32, c.T, c.N), out2 = gpu().alloc(DType::kF32, c.T, c.N);
+    Buffer ids = gpu().alloc(DType::kI32, c.T, c.k), ids2 = gpu().alloc(DType::kI32, c.T, c.k);
+    Buffer wts = gpu().alloc(DType::kF32, c.T, c.k), wts2 = gpu().alloc(DType::kF32, c.T, c.k);
+    gpu().matmul_gated_and_route(out, dg, du, dw, c.act, ids, wts, dl, c.k, true);
+    gpu().matmul_gated(out2, dg2, du, dw, c.act);
+    gpu().moe_route(ids2, wts2, dl, c.k, true);
+    EXPECT_EQ(down(out), down(out2)) << what;
+    EXPECT_EQ(down(wts), down(wts2)) << what;
+    std::vector<int32_t> a(size_t(c.T * c.k)), b(a.size());
+    gpu().to_host(ids, a.data());
+    gpu().to_host(ids2, b.data());
+    EXPECT_EQ(a, b) << what;
+  }
+}
+
 // Logits with NaNs (a diverged router) still route every slot to a distinct expert in range,
 // so the expert kernels never index past the table.
 TEST_F(GpuTest, MoeRouteNanLogitsStayInRange) {

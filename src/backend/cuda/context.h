@@ -166,6 +166,11 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
 // out = (act(gate) * up) . w^T (a gated MLP's down projection); gate may be overwritten.
 void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
                   Activation act);
+// Ops::matmul_gated_and_route: one launch where matmul_gated takes its one-launch GEMV, the two
+// ops in turn otherwise.
+void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up,
+                            const Tensor& w, Activation act, const Tensor& ids, const Tensor& weights,
+                            const Tensor& logits, int top_k, bool norm_topk);
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 // Ops::qk_norm_rope as one launch, when the shapes suit its kernel (head_dim a multiple of 32, at
@@ -188,6 +193,8 @@ void gated_delta_rule(const Context& ctx, const Tensor& out, const Tensor& qkv, 
                       const DeltaNetConfig& cfg, const StepPlan& plan);
 void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                bool norm_topk);
+// moe_route's checks of its arguments (internal checks: shapes, dtypes, top_k, E).
+void check_moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k);
 // With shared (and shared_gate, empty or [T, 1] or [T, H]): out += shared * sigmoid(shared_gate),
 // or + shared, in the routed sum's pass (Ops::moe_experts_shared).
 void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -451,6 +451,11 @@ void CudaOps::matmul(const Tensor& out, const Tensor& x, const Tensor& w) { cuda
 void CudaOps::matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) {
   cuda::matmul_gated(ctx(), out, gate, up, w, act);
 }
+void CudaOps::matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
+                                     Activation act, const Tensor& ids, const Tensor& weights, const Tensor& logits,
+                                     int top_k, bool norm_topk) {
+  cuda::matmul_gated_and_route(ctx(), out, gate, up, w, act, ids, weights, logits, top_k, norm_topk);
+}
 void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
   cuda::matmul_multi(ctx(), x, targets);
 }

@@ -81,6 +81,9 @@ class CudaOps final : public Ops, public StepGraphs {
   void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override;
+  void matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
+                              const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
+                              bool norm_topk) override;
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, int head_dim,

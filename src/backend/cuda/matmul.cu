@@ -27,6 +27,7 @@
 #include <mutex>
 #include <utility>
 
+#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/quant_gemv_q4k.cuh"
 #include "backend/cuda/quant_gemv_q6k.cuh"
 
@@ -658,27 +659,76 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
   });
 }
 
-void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
-                  Activation act) {
+namespace {
+
+// Where matmul_gated runs one GEMV launch: where matmul would take the vectorized GEMV (T <=
+// kGemvMaxRows, a plain dtype, aligned rows) and K is at most kGatedFuseMaxK — the same kernel and
+// sums, with act(gate) * up formed as it is loaded. Every warp forms all K of them (~25
+// instructions each, against ~1.5 for each of the warp's 4 K weights), which is cheap next to a
+// launch for a small projection (an MoE's shared expert, K = 512) and costly for a large one: with
+// the fusion at K = 12288, Qwen3.5-9B decode fell from 197.7 to 162.9 t/s (H200, 2026-12-02).
+constexpr int64_t kGatedFuseMaxK = 1024;
+bool gated_gemv_fits(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w) {
+  const int64_t T = gate.rows, K = gate.cols;
+  return T >= 1 && T <= kGemvMaxRows && K > 0 && K <= kGatedFuseMaxK && K % 8 == 0 && !dtype_is_quantized(w.dtype) &&
+         w.dtype != DType::kI32 && w.cols == K && w.rows > 0 && w.device == Device::kCuda && aligned16(gate.data) &&
+         aligned16(up.data) && aligned16(w.data) && out.rows == T && out.cols == w.rows && out.dtype == DType::kF32 &&
+         out.device == Device::kCuda;
+}
+
+void check_gated(const Tensor& gate, const Tensor& up, Activation act) {
   KCHECK_MSG(act == Activation::kSilu || act == Activation::kGeluTanh,
              "matmul_gated: activation must be silu or gelu-tanh");
   check_f32(gate, "matmul_gated gate");
   check_f32(up, "matmul_gated up");
   KCHECK_MSG(gate.rows == up.rows && gate.cols == up.cols, "matmul_gated: gate [", gate.rows, ",", gate.cols, "] and up [",
              up.rows, ",", up.cols, "]");
+}
+
+// An MoE layer's route, for the blocks of gated_route_kernel that run it.
+struct RouteArgs {
+  int32_t* ids;
+  float* weights;
+  const float* logits;
+  int E, k;
+  bool norm_topk;
+};
+
+// matmul_gated_and_route in one launch: blocks [0, gemv_blocks) are matmul_gated's GEMV blocks
+// (gemv1_block / gemv_rows_block over ActMulX, as launch_gemv_vec runs them for R rows), blocks
+// [gemv_blocks, gemv_blocks + R) route row blockIdx.x - gemv_blocks (moe_route_row). The two read
+// different inputs and write different outputs, so each is bit-identical to its own launch, and
+// neither waits for the other. Dynamic smem: E doubles (the route's).
+template <typename W, Activation A, int R>
+__global__ void gated_route_kernel(float* __restrict__ out,  // [R, N]
+                                   const ActMulX<A> x,       // [R, K]
+                                   const W* __restrict__ w,  // [N, K]
+                                   int64_t K, int64_t N, unsigned gemv_blocks, RouteArgs r) {
+  if (blockIdx.x < gemv_blocks) {
+    prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols,
+                  N);
+    pdl_begin();
+    if constexpr (R == 1) {
+      gemv1_block<W, ActMulX<A>>(out, x, w, K, N, blockIdx.x);
+    } else {
+      __shared__ __align__(16) float xs[R * kGemvTileK];
+      gemv_rows_block<W, R, ActMulX<A>>(out, x, w, K, N, blockIdx.x, xs);
+    }
+    return;
+  }
+  pdl_begin();
+  extern __shared__ double prob[];  // [E]
+  moe_route_row(r.ids, r.weights, r.logits, r.E, r.k, r.norm_topk, int64_t(blockIdx.x - gemv_blocks), prob);
+}
+static_assert(kGemvWarps * 32 == kRouteThreads, "the route's blocks are the GEMV's");
+
+}  // namespace
+
+void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w,
+                  Activation act) {
+  check_gated(gate, up, act);
   const int64_t T = gate.rows, K = gate.cols;
-  // One GEMV launch where matmul would take the vectorized GEMV (T <= kGemvMaxRows, a plain
-  // dtype, aligned rows) and K is at most kGatedFuseMaxK: the same kernel and sums, with
-  // act(gate) * up formed as it is loaded. Every warp forms all K of them (~25 instructions each,
-  // against ~1.5 for each of the warp's 4 K weights), which is cheap next to a launch for a small
-  // projection (an MoE's shared expert, K = 512) and costly for a large one: with the fusion at
-  // K = 12288, Qwen3.5-9B decode fell from 197.7 to 162.9 t/s (H200, 2026-12-02).
-  constexpr int64_t kGatedFuseMaxK = 1024;
-  const bool fused = T >= 1 && T <= kGemvMaxRows && K > 0 && K <= kGatedFuseMaxK && K % 8 == 0 &&
-                     !dtype_is_quantized(w.dtype) && w.dtype != DType::kI32 && w.cols == K && w.rows > 0 &&
-                     w.device == Device::kCuda && aligned16(gate.data) && aligned16(up.data) && aligned16(w.data) && out.rows == T &&
-                     out.cols == w.rows && out.dtype == DType::kF32 && out.device == Device::kCuda;
-  if (!fused) {
+  if (!gated_gemv_fits(out, gate, up, w)) {
     if (act == Activation::kGeluTanh) gelu_tanh_mul(ctx, gate, gate, up);
     else silu_mul(ctx, gate, gate, up);
     matmul(ctx, out, gate, w);
@@ -691,6 +741,45 @@ void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, con
     else
       launch_gemv_vec<W>(ctx.stream, out.f32(), ActMulX<Activation::kSilu>{gate.f32(), up.f32()}, w.as<const W>(), T,
                          K, w.rows);
+  });
+}
+
+void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up,
+                            const Tensor& w, Activation act, const Tensor& ids, const Tensor& weights,
+                            const Tensor& logits, int top_k, bool norm_topk) {
+  check_gated(gate, up, act);
+  check_moe_route(ids, weights, logits, top_k);
+  const int64_t T = gate.rows, K = gate.cols, N = w.rows, E = logits.cols;
+  // the route's shared memory beside the GEMV's staged rows, within the 48 KB a launch has unasked
+  const size_t smem_total = size_t(E) * sizeof(double) + (T > 1 ? size_t(T * kGemvTileK) * sizeof(float) : 0);
+  if (!gated_gemv_fits(out, gate, up, w) || logits.rows != T || smem_total > size_t(48) << 10) {
+    matmul_gated(ctx, out, gate, up, w, act);
+    moe_route(ctx, ids, weights, logits, top_k, norm_topk);
+    return;
+  }
+  const unsigned gemv_blocks = unsigned(ceil_div(N, kGemvWarps * kGemv1Cols));
+  const RouteArgs r{ids.as<int32_t>(), weights.f32(), logits.f32(), int(E), top_k, norm_topk};
+  const size_t smem = size_t(E) * sizeof(double);
+  dispatch_weight(w.dtype, "matmul_gated", [&]<typename W>() {
+    const auto run = [&]<Activation A, int R>() {
+      launch(gated_route_kernel<W, A, R>, gemv_blocks + unsigned(T), kGemvWarps * 32, smem, ctx.stream, out.f32(),
+             ActMulX<A>{gate.f32(), up.f32()}, w.as<const W>(), K, N, gemv_blocks, r);
+    };
+    const auto rows = [&]<Activation A>() {
+      switch (T) {
+        case 1: run.template operator()<A, 1>(); break;
+        case 2: run.template operator()<A, 2>(); break;
+        case 3: run.template operator()<A, 3>(); break;
+        case 4: run.template operator()<A, 4>(); break;
+        case 5: run.template operator()<A, 5>(); break;
+        case 6: run.template operator()<A, 6>(); break;
+        case 7: run.template operator()<A, 7>(); break;
+        default: run.template operator()<A, 8>(); break;
+      }
+    };
+    if (act == Activation::kGeluTanh) rows.template operator()<Activation::kGeluTanh>();
+    else rows.template operator()<Activation::kSilu>();
+    CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -16,71 +16,20 @@
 // (moe_experts_shared), with the same bits. Unaligned shapes take the scalar per-pair kernels
 // (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped or
 // per-pair kernels like BF16 ones, each 8 weights decoded in registers (quant_blocks.cuh).
+#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
 namespace {
 
-constexpr int kMaxTopK = 64;
-
-// grid: T blocks of kRouteThreads; dynamic smem: E doubles. The softmax in double, then each
-// expert's rank in the order (probability descending, index ascending) counted against all E
-// (a NaN probability ranks last): the k experts of rank < k land in their slots directly, with
-// no k rounds of a warp-wide argmax (which were most of the kernel's time at E = 256).
-constexpr int kRouteThreads = 256;
+// grid: T blocks of kRouteThreads; dynamic smem: E doubles (moe_route_row, moe_route.cuh).
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(int32_t* __restrict__ ids,       // [T, k]
                                                                   float* __restrict__ weights,     // [T, k]
                                                                   const float* __restrict__ logits,  // [T, E]
                                                                   int E, int k, bool norm_topk) {
   pdl_begin();
   extern __shared__ double prob[];  // [E]
-  __shared__ double chosen[kMaxTopK];
-  __shared__ double part[kRouteThreads / 32];
-  __shared__ float part_max[kRouteThreads / 32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  constexpr int kWarpsR = kRouteThreads / 32;
-  const int64_t t = blockIdx.x;
-  const float* l = logits + t * E;
-  float mx = -INFINITY;
-  for (int e = tid; e < E; e += kRouteThreads) mx = fmaxf(mx, l[e]);
-  mx = warp_max(mx);
-  if (lane == 0) part_max[warp] = mx;
-  __syncthreads();
-  mx = part_max[0];
-  for (int w = 1; w < kWarpsR; ++w) mx = fmaxf(mx, part_max[w]);
-  double sum = 0.0;
-  for (int e = tid; e < E; e += kRouteThreads) {
-    prob[e] = exp(double(l[e]) - double(mx));
-    sum += prob[e];
-  }
-  sum = warp_sum(sum);
-  if (lane == 0) part[warp] = sum;
-  __syncthreads();
-  sum = 0.0;
-  for (int w = 0; w < kWarpsR; ++w) sum += part[w];  // the warps in a fixed order
-  for (int e = tid; e < E; e += kRouteThreads) {
-    const double v = prob[e] / sum;
-    prob[e] = v != v ? -1.0 : v;  // NaN: below every probability, so the ranks stay a permutation
-  }
-  __syncthreads();
-  for (int e = tid; e < E; e += kRouteThreads) {
-    const double p = prob[e];
-    int rank = 0;
-    for (int o = 0; o < E; ++o) {
-      const double q = prob[o];
-      rank += (q > p || (q == p && o < e)) ? 1 : 0;
-    }
-    if (rank < k) {
-      ids[t * k + rank] = e;
-      chosen[rank] = p;
-    }
-  }
-  __syncthreads();
-  if (tid == 0) {
-    double denom = 0.0;
-    for (int j = 0; j < k; ++j) denom += chosen[j];
-    for (int j = 0; j < k; ++j) weights[t * k + j] = float(norm_topk ? chosen[j] / denom : chosen[j]);
-  }
+  moe_route_row(ids, weights, logits, E, k, norm_topk, blockIdx.x, prob);
 }
 
 constexpr int kWarps = 8;
@@ -565,8 +514,7 @@ __global__ void moe_sum_kernel(float* __restrict__ out, const float* __restrict_
 
 }  // namespace
 
-void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
-               bool norm_topk) {
+void check_moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k) {
   check_f32(logits, "moe_route logits");
   check_f32(weights, "moe_route weights");
   const int64_t T = logits.rows, E = logits.cols;
@@ -574,7 +522,14 @@ void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, con
                  weights.cols == top_k,
              "moe_route: ids [", ids.rows, ", ", ids.cols, "] weights [", weights.rows, ", ", weights.cols, "] for ", T,
              " rows, top ", top_k);
-  KCHECK_MSG(top_k >= 1 && top_k <= E && top_k <= kMaxTopK && E <= 4096, "moe_route: top ", top_k, " of ", E, " experts");
+  KCHECK_MSG(top_k >= 1 && top_k <= E && top_k <= kMaxTopK && E <= kMaxRouteExperts, "moe_route: top ", top_k, " of ",
+             E, " experts");
+}
+
+void moe_route(const Context& ctx, const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
+               bool norm_topk) {
+  check_moe_route(ids, weights, logits, top_k);
+  const int64_t T = logits.rows, E = logits.cols;
   if (T == 0) return;
   launch(moe_route_kernel, unsigned(T), kRouteThreads, size_t(E) * sizeof(double), ctx.stream, ids.as<int32_t>(),
          weights.f32(), logits.f32(), int(E), top_k, norm_topk);

@@ -100,14 +100,16 @@ void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cf
     }
   }
   ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
-  Tensor s;
-  if (shared) {  // the shared expert's down(act(g) * u), joined to the routed sum below
-    s = ws.take(T, x.cols);
-    ops.matmul_gated(s, g, u, w.shared.down, w.shared.act);
-  }
   Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
   Tensor weights = ws.take(T, cfg.top_k);
-  ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
+  Tensor s;
+  if (shared) {  // the shared expert's down(act(g) * u), joined to the routed sum below, and the route
+    s = ws.take(T, x.cols);
+    ops.matmul_gated_and_route(s, g, u, w.shared.down, w.shared.act, ids, weights, logits, cfg.top_k,
+                               cfg.norm_topk_prob);
+  } else {
+    ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
+  }
   if (shared) {  // y = routed sum + s, times sigmoid(sg) when the layer gates it
     ops.moe_experts_shared(y, x, ids, weights, w.experts, s, sg);
   } else {

@@ -750,8 +750,10 @@ void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor&
   check_gated(gate, up, act);
   check_moe_route(ids, weights, logits, top_k);
   const int64_t T = gate.rows, K = gate.cols, N = w.rows, E = logits.cols;
-  // the route's shared memory beside the GEMV's staged rows, within the 48 KB a launch has unasked
-  const size_t smem_total = size_t(E) * sizeof(double) + (T > 1 ? size_t(T * kGemvTileK) * sizeof(float) : 0);
+  // the route's shared memory (dynamic and static) beside the GEMV's staged rows, within the 48 KB
+  // a launch has unasked
+  const size_t smem_total = size_t(E) * sizeof(double) + kRouteStaticSmem +
+                            (T > 1 ? size_t(T * kGemvTileK) * sizeof(float) : 0);
   if (!gated_gemv_fits(out, gate, up, w) || logits.rows != T || smem_total > size_t(48) << 10) {
     matmul_gated(ctx, out, gate, up, w, act);
     moe_route(ctx, ids, weights, logits, top_k, norm_topk);

@@ -16,6 +16,9 @@ constexpr int kMaxRouteExperts = 4096;
 // ranks last): the k experts of rank < k land in their slots directly, with no k rounds of a
 // warp-wide argmax (which were most of the kernel's time at E = 256).
 constexpr int kRouteThreads = 256;
+// The static shared memory moe_route_row declares (chosen, part, part_max below).
+constexpr size_t kRouteStaticSmem =
+    sizeof(double) * (kMaxTopK + kRouteThreads / 32) + sizeof(float) * (kRouteThreads / 32);
 __device__ __forceinline__ void moe_route_row(int32_t* __restrict__ ids,         // [T, k]
                                               float* __restrict__ weights,       // [T, k]
                                               const float* __restrict__ logits,  // [T, E]

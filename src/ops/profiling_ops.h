@@ -26,8 +26,8 @@ struct OpProfile {
   double in_ops = 0;  // the sum of the ops' own times; span - in_ops is time between ops
   int64_t steps = 0;
   // Floating-point operations of the matrix products (2 per multiply-add of matmul, matmul_multi,
-  // matmul_gated (and matmul_gated_and_route's product) and the experts of moe_experts / moe_experts_shared, as their shapes ask, whatever
-  // the weights' storage), over the recorded steps.
+  // matmul_gated (and matmul_gated_and_route's product) and the experts of moe_experts /
+  // moe_experts_shared, as their shapes ask, whatever the weights' storage), over the recorded steps.
   double matmul_flops = 0;
 };
 

@@ -37,6 +37,23 @@ namespace {
 constexpr int kGemvMaxRows = 8;  // rows per GEMV pass, and the largest T that takes the GEMV path
 constexpr int kGemvWarps = 8;    // output columns per block
 
+// Calls fn.template operator()<R>() with R = rows, the row count of one GEMV pass (1 ..
+// kGemvMaxRows; more take kGemvMaxRows), so each kernel is launched in its instantiation for R.
+template <typename Fn>
+void with_rows(int64_t rows, Fn&& fn) {
+  static_assert(kGemvMaxRows == 8);
+  switch (rows) {
+    case 1: fn.template operator()<1>(); break;
+    case 2: fn.template operator()<2>(); break;
+    case 3: fn.template operator()<3>(); break;
+    case 4: fn.template operator()<4>(); break;
+    case 5: fn.template operator()<5>(); break;
+    case 6: fn.template operator()<6>(); break;
+    case 7: fn.template operator()<7>(); break;
+    default: fn.template operator()<8>(); break;
+  }
+}
+
 // Decode of one row, the bandwidth-bound case: each warp computes kGemv1Cols consecutive
 // columns, so one load of x serves them all and each lane keeps 4 weight loads in flight.
 // grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
@@ -398,20 +415,15 @@ void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, in
     const int rows = int(std::min<int64_t>(kGemvMaxRows, T - r0));
     float* o = out + r0 * N;
     const XS xr = x.rows_from(r0 * K);
-    switch (rows) {
-      case 1:
+    with_rows(rows, [&]<int R>() {
+      if constexpr (R == 1) {
         launch(gemv1_kernel<W, XS>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, o, xr,
                w, K, N);
         CUDA_CHECK_LAUNCH();
-        break;
-      case 2: launch_gemv_rows<W, 2>(stream, o, xr, w, K, N); break;
-      case 3: launch_gemv_rows<W, 3>(stream, o, xr, w, K, N); break;
-      case 4: launch_gemv_rows<W, 4>(stream, o, xr, w, K, N); break;
-      case 5: launch_gemv_rows<W, 5>(stream, o, xr, w, K, N); break;
-      case 6: launch_gemv_rows<W, 6>(stream, o, xr, w, K, N); break;
-      case 7: launch_gemv_rows<W, 7>(stream, o, xr, w, K, N); break;
-      default: launch_gemv_rows<W, 8>(stream, o, xr, w, K, N); break;
-    }
+      } else {
+        launch_gemv_rows<W, R>(stream, o, xr, w, K, N);
+      }
+    });
   }
 }
 
@@ -539,16 +551,7 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
 template <bool kUnitsOnly>
 void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
                             int64_t K) {
-  switch (T) {
-    case 1: launch_gemv_quant_kernel<1, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    case 2: launch_gemv_quant_kernel<2, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    case 3: launch_gemv_quant_kernel<3, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    case 4: launch_gemv_quant_kernel<4, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    case 5: launch_gemv_quant_kernel<5, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    case 6: launch_gemv_quant_kernel<6, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    case 7: launch_gemv_quant_kernel<7, kUnitsOnly>(stream, mt, blocks, x, K); break;
-    default: launch_gemv_quant_kernel<8, kUnitsOnly>(stream, mt, blocks, x, K); break;
-  }
+  with_rows(T, [&]<int R>() { launch_gemv_quant_kernel<R, kUnitsOnly>(stream, mt, blocks, x, K); });
 }
 
 void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
@@ -747,8 +750,6 @@ void matmul_gated(const Context& ctx, const Tensor& out, const Tensor& gate, con
 void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& up,
                             const Tensor& w, Activation act, const Tensor& ids, const Tensor& weights,
                             const Tensor& logits, int top_k, bool norm_topk) {
-  check_gated(gate, up, act);
-  check_moe_route(ids, weights, logits, top_k);
   const int64_t T = gate.rows, K = gate.cols, N = w.rows, E = logits.cols;
   // the route's shared memory (dynamic and static) beside the GEMV's staged rows, within the 48 KB
   // a launch has unasked
@@ -756,31 +757,23 @@ void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor&
                             (T > 1 ? size_t(T * kGemvTileK) * sizeof(float) : 0);
   if (!gated_gemv_fits(out, gate, up, w) || logits.rows != T || smem_total > size_t(48) << 10) {
     matmul_gated(ctx, out, gate, up, w, act);
-    moe_route(ctx, ids, weights, logits, top_k, norm_topk);
+    moe_route(ctx, ids, weights, logits, top_k, norm_topk);  // each checks its arguments
     return;
   }
+  check_gated(gate, up, act);
+  check_moe_route(ids, weights, logits, top_k);
   const unsigned gemv_blocks = unsigned(ceil_div(N, kGemvWarps * kGemv1Cols));
   const RouteArgs r{ids.as<int32_t>(), weights.f32(), logits.f32(), int(E), top_k, norm_topk};
   const size_t smem = size_t(E) * sizeof(double);
   dispatch_weight(w.dtype, "matmul_gated", [&]<typename W>() {
-    const auto run = [&]<Activation A, int R>() {
-      launch(gated_route_kernel<W, A, R>, gemv_blocks + unsigned(T), kGemvWarps * 32, smem, ctx.stream, out.f32(),
-             ActMulX<A>{gate.f32(), up.f32()}, w.as<const W>(), K, N, gemv_blocks, r);
+    const auto run = [&]<Activation A>() {
+      with_rows(T, [&]<int R>() {
+        launch(gated_route_kernel<W, A, R>, gemv_blocks + unsigned(T), kGemvWarps * 32, smem, ctx.stream, out.f32(),
+               ActMulX<A>{gate.f32(), up.f32()}, w.as<const W>(), K, N, gemv_blocks, r);
+      });
     };
-    const auto rows = [&]<Activation A>() {
-      switch (T) {
-        case 1: run.template operator()<A, 1>(); break;
-        case 2: run.template operator()<A, 2>(); break;
-        case 3: run.template operator()<A, 3>(); break;
-        case 4: run.template operator()<A, 4>(); break;
-        case 5: run.template operator()<A, 5>(); break;
-        case 6: run.template operator()<A, 6>(); break;
-        case 7: run.template operator()<A, 7>(); break;
-        default: run.template operator()<A, 8>(); break;
-      }
-    };
-    if (act == Activation::kGeluTanh) rows.template operator()<Activation::kGeluTanh>();
-    else rows.template operator()<Activation::kSilu>();
+    if (act == Activation::kGeluTanh) run.template operator()<Activation::kGeluTanh>();
+    else run.template operator()<Activation::kSilu>();
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -821,16 +814,7 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
   }
   dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {
     const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
-    switch (T) {
-      case 1: launch(gemv_multi_kernel<W, 1>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      case 2: launch(gemv_multi_kernel<W, 2>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      case 3: launch(gemv_multi_kernel<W, 3>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      case 4: launch(gemv_multi_kernel<W, 4>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      case 5: launch(gemv_multi_kernel<W, 5>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      case 6: launch(gemv_multi_kernel<W, 6>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      case 7: launch(gemv_multi_kernel<W, 7>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-      default: launch(gemv_multi_kernel<W, 8>, grid, block, 0, ctx.stream, mt, x.f32(), K); break;
-    }
+    with_rows(T, [&]<int R>() { launch(gemv_multi_kernel<W, R>, grid, block, 0, ctx.stream, mt, x.f32(), K); });
     CUDA_CHECK_LAUNCH();
   });
 }

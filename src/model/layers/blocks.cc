@@ -102,19 +102,17 @@ void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cf
   ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
   Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
   Tensor weights = ws.take(T, cfg.top_k);
-  Tensor s;
-  if (shared) {  // the shared expert's down(act(g) * u), joined to the routed sum below, and the route
-    s = ws.take(T, x.cols);
-    ops.matmul_gated_and_route(s, g, u, w.shared.down, w.shared.act, ids, weights, logits, cfg.top_k,
-                               cfg.norm_topk_prob);
-  } else {
+  if (!shared) {
     ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
-  }
-  if (shared) {  // y = routed sum + s, times sigmoid(sg) when the layer gates it
-    ops.moe_experts_shared(y, x, ids, weights, w.experts, s, sg);
-  } else {
     ops.moe_experts(y, x, ids, weights, w.experts);
+    return;
   }
+  // The shared expert's down(act(g) * u) and the route (neither needs the other), then y = the
+  // routed sum + s, times sigmoid(sg) when the layer gates it.
+  Tensor s = ws.take(T, x.cols);
+  ops.matmul_gated_and_route(s, g, u, w.shared.down, w.shared.act, ids, weights, logits, cfg.top_k,
+                             cfg.norm_topk_prob);
+  ops.moe_experts_shared(y, x, ids, weights, w.experts, s, sg);
 }
 
 }  // namespace kestrel

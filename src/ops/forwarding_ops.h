@@ -1,5 +1,6 @@
 // ForwardingOps: a backend wrapped, every call passed through to it — the fused ops too (matmul_gated,
-// matmul_gated_and_route, add_mul_sigmoid, moe_experts_shared, sample_candidates), so a wrapped
+// matmul_gated_and_route, add_mul_sigmoid, moe_experts_shared, sample_candidates, qk_norm_rope,
+// norm_rope_attention), so a wrapped
 // backend runs exactly the kernels it runs alone. Each op runs through run(name, fn), which
 // subclasses override to act around it (ProfilingOps times ops; tests inject faults). Allocations
 // and uploads pass straight through.
@@ -135,6 +136,13 @@ class ForwardingOps : public Ops {
   }
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override {
     run("rope", [&] { inner_.rope(x, head_dim, rope, plan); });
+  }
+  void norm_rope_attention(const Tensor& out, const Tensor& q, const Tensor& q_norm, const Tensor& k,
+                           const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
+                           const RopeConfig& rope_cfg, const KvLayerView& cache, const AttentionParams& p,
+                           const StepPlan& plan) override {
+    run("norm_rope_attention",
+        [&] { inner_.norm_rope_attention(out, q, q_norm, k, k_norm, v, gate, eps, rope_cfg, cache, p, plan); });
   }
   void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, int head_dim,
                     float eps, const RopeConfig& rope_cfg, const StepPlan& plan) override {

@@ -286,6 +286,20 @@ class Ops {
     if (!k_norm.empty()) head_rms_norm(k, k_norm, head_dim, eps);
     rope(k, head_dim, rope_cfg, plan);
   }
+  // An attention layer's middle: qk_norm_rope(q, q_norm, k, k_norm, p.head_dim, eps, rope_cfg),
+  // attention(out, q, k, v, cache, p), then out *= sigmoid(gate) (mul_sigmoid) when gate [T,
+  // n_heads * head_dim] is not empty. Bit-identical to those ops, which is what this default runs
+  // (k holds its normed, rotated values after either); CUDA, over a paged cache the step writes,
+  // norms and rotates q and k and writes k and v into the cache in one launch, and gates the
+  // output in the attention's combine kernel.
+  virtual void norm_rope_attention(const Tensor& out, const Tensor& q, const Tensor& q_norm, const Tensor& k,
+                                   const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
+                                   const RopeConfig& rope_cfg, const KvLayerView& cache, const AttentionParams& p,
+                                   const StepPlan& plan) {
+    qk_norm_rope(q, q_norm, k, k_norm, p.head_dim, eps, rope_cfg, plan);
+    attention(out, q, k, v, cache, p, plan);
+    if (!gate.empty()) mul_sigmoid(out, gate);
+  }
   // out[T, n_heads * head_dim] = causal softmax attention of q over each sequence's positions
   // [0, p] (or [max(0, p - window + 1), p] when p.window > 0, or the row's p.select): positions
   // before the step (< n_past) from the cache, the step's own from k, v [T, n_kv * head_dim].

@@ -75,6 +75,63 @@ TEST_F(GpuTest, QkNormRopeEqualsNormThenRope) {
   }
 }
 
+// norm_rope_attention's CUDA path (q and k normed and rotated with k and v written into the cache
+// in one launch, the output gate in the attention's combine kernel) is bit-identical to the ops it
+// stands for run on the GPU: the output, q, k and both caches. Batches: short mixed rows (one
+// split), decode rows deep in their context (several splits), a 80-row prefill chunk (the tiled
+// prefill kernel, then mul_sigmoid), and 70 decode rows (one split a row by the grid's size: the
+// combine kernel runs for the gate alone). Caches F32 and BF16 (at head_dim 256 the tensor-core
+// decode kernel), with and without the gate and the norms, partial and full rotations.
+TEST_F(GpuTest, NormRopeAttentionEqualsTheOps) {
+  struct Case { int heads, kv, hd, rot; bool gate, norms; DType cache; };
+  const std::vector<Case> cases = {{16, 2, 256, 64, true, true, DType::kF32},   {16, 2, 256, 64, true, true, DType::kBF16},
+                                   {8, 2, 128, 128, true, false, DType::kF32},  {4, 1, 64, 32, false, true, DType::kBF16},
+                                   {4, 4, 32, 32, false, false, DType::kF32},   {6, 1, 256, 256, true, true, DType::kF32}};
+  std::vector<std::pair<int, int>> many;
+  for (int i = 0; i < 70; ++i) many.push_back({i * 3, 1});
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{0, 20}, {5, 1}, {33, 1}, {17, 9}}, {{300, 1}, {1000, 1}, {5, 1}}, {{40, 80}, {7, 1}}, many};
+  auto bits = [&](const Tensor& t) {
+    std::vector<uint8_t> b(size_t(t.numel()) * dtype_size(t.dtype));
+    gpu().to_host(t, b.data());
+    return b;
+  };
+  for (const Case& c : cases) {
+    for (const auto& seqs : batches) {
+      int32_t n_blocks = 0;
+      StepPlan plan = make_plan(seqs, 100, rng_, 16, &n_blocks);
+      const int64_t T = plan.n_rows(), kvw = int64_t(c.kv) * c.hd, qw = int64_t(c.heads) * c.hd;
+      const int64_t cache_rows = int64_t(n_blocks) * 16;
+      Buffer hq = random(T, qw), hk = random(T, kvw), hv = random(T, kvw), hg = random(T, qw);
+      Buffer hkc = random(c.cache, cache_rows, kvw), hvc = random(c.cache, cache_rows, kvw);
+      Buffer qa = up(hq), qb = up(hq), ka = up(hk), kb = up(hk), va = up(hv), vb = up(hv), g = up(hg);
+      Buffer kca = up(hkc), kcb = up(hkc), vca = up(hvc), vcb = up(hvc);
+      Buffer qn = up(random(1, c.hd)), kn = up(random(1, c.hd));
+      Buffer oa = gpu().alloc(DType::kF32, T, qw), ob = gpu().alloc(DType::kF32, T, qw);
+      const Tensor none{};
+      const Tensor& gate = c.gate ? g.view() : none;
+      const Tensor& tqn = c.norms ? qn.view() : none;
+      const Tensor& tkn = c.norms ? kn.view() : none;
+      const RopeConfig rc{.theta = 1e7, .rotary_dim = c.rot};
+      const AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
+                              .scale = 1.0f / std::sqrt(float(c.hd))};
+      gpu().begin_step(plan);
+      gpu().norm_rope_attention(oa, qa, tqn, ka, tkn, va, gate, 1e-6f, rc, {.k = kca, .v = vca}, p, plan);
+      gpu().qk_norm_rope(qb, tqn, kb, tkn, c.hd, 1e-6f, rc, plan);
+      gpu().attention(ob, qb, kb, vb, {.k = kcb, .v = vcb}, p, plan);
+      if (c.gate) gpu().mul_sigmoid(ob, gate);
+      const std::string what = "heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv) + " hd " +
+                               std::to_string(c.hd) + (c.gate ? " gate" : "") + (c.norms ? " norms" : "") +
+                               (c.cache == DType::kBF16 ? " bf16 cache" : "") + " rows " + std::to_string(T);
+      EXPECT_EQ(bits(oa), bits(ob)) << what << ": output";
+      EXPECT_EQ(bits(qa), bits(qb)) << what << ": q";
+      EXPECT_EQ(bits(ka), bits(kb)) << what << ": k";
+      EXPECT_EQ(bits(kca), bits(kcb)) << what << ": k cache";
+      EXPECT_EQ(bits(vca), bits(vcb)) << what << ": v cache";
+    }
+  }
+}
+
 TEST_F(GpuTest, Attention) {
   struct Case { int heads, kv, hd; };
   // A mixed prefill/decode batch (one split per row), and decode rows over long contexts (the

@@ -282,18 +282,26 @@ __global__ void attention_kernel(float* __restrict__ out,  // [T, n_heads * hd]
 // head derives the same max and sum from the splits' (max, sum) in the same order; a thread's
 // dim then sums its splits in split order, 16 loads in flight (one block per head and a serial
 // walk over the splits were latency-bound: 21 us for a 9B layer's 16 heads x 64 splits).
+// With a gate ([T, n_heads * hd], Ops::norm_rope_attention) the output is then multiplied by
+// sigmoid(gate) as mul_sigmoid_kernel does (the same bits), also for a row of one split, whose
+// output the first kernel wrote.
 constexpr int kCombineDims = 64;
 __global__ void attention_combine_kernel(float* __restrict__ out,         // [T, n_heads * hd]
                                          const float* __restrict__ part,  // [rows, n_heads, max_splits, hd + 2]
                                          const int32_t* __restrict__ positions,  // [T]
                                          int n_heads, int hd, int max_splits, int window, int64_t row0,
-                                         bool per_row_splits, const int32_t* __restrict__ max_position) {
+                                         bool per_row_splits, const int32_t* __restrict__ max_position,
+                                         const float* __restrict__ gate) {
   pdl_begin();
   const int64_t r = row0 + blockIdx.x;
   const int h = blockIdx.y;
   const int64_t pos = positions[r];
   const int n_splits = row_splits(pos, window, per_row_splits, max_position, max_splits);
-  if (n_splits == 1) return;
+  const int64_t o = r * int64_t(n_heads) * hd + int64_t(h) * hd + int(blockIdx.z) * kCombineDims + int(threadIdx.x);
+  if (n_splits == 1) {
+    if (gate && int(blockIdx.z) * kCombineDims + int(threadIdx.x) < hd) out[o] *= sigmoidf(gate[o]);
+    return;
+  }
   const float* pp = part + (int64_t(blockIdx.x) * n_heads + h) * int64_t(max_splits) * (hd + 2);
   __shared__ float sm[kMaxSplits], sl[kMaxSplits], se[kMaxSplits];
   for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
@@ -315,16 +323,19 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
 #pragma unroll 16
   for (int s = 0; s < n_splits; ++s)
     if (sm[s] != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * se[s];
-  out[r * int64_t(n_heads) * hd + int64_t(h) * hd + d] = v * inv;
+  float x = v * inv;
+  if (gate) x *= sigmoidf(gate[o]);
+  out[o] = x;
 }
 
 // Rows [row0, row0 + rows) with up to max_splits splits each (step_splits, or det_splits per row
 // when per_row_splits). C: the cache's element type. mma: attention_mma_kernel (pieces of
-// kMmaHeads heads), else the tile or per-key kernel (pieces of kHeads).
+// kMmaHeads heads), else the tile or per-key kernel (pieces of kHeads). gate (or null): the
+// combine kernel multiplies the output by its sigmoid, and runs for that alone at one split.
 template <int DPL, typename C>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                       const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits,
-                      bool mma) {
+                      bool mma, const float* gate) {
   // head_dim <= 512: at most 4 * 4 * 514 floats, within the 48 KB a launch gets without opting in
   static_assert(kWarps * kHeads * (512 + 2) * sizeof(float) <= 48 * 1024);
   const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
@@ -349,11 +360,11 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
            ctx.step.max_position, part);
     CUDA_CHECK_LAUNCH();
   }
-  if (max_splits > 1) {
+  if (max_splits > 1 || gate) {
     launch(attention_combine_kernel,
            dim3(unsigned(rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))), kCombineDims, 0,
            ctx.stream, out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, max_splits, p.window, row0,
-           per_row_splits, ctx.step.max_position);
+           per_row_splits, ctx.step.max_position, gate);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -379,14 +390,14 @@ int split_cap(const StepPlan& plan, int64_t per_row, int blocks_per_sm = 2) {
 // with det_splits of its own keys.
 template <int DPL, typename C>
 void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                   const AttentionParams& p, const StepPlan& plan) {
+                   const AttentionParams& p, const StepPlan& plan, const float* gate) {
   const int64_t T = q.rows;
   const bool mma = std::is_same_v<C, __nv_bfloat16> && attention_mma_applies(ctx, DType::kBF16, p.head_dim);
   if (!ctx.deterministic) {
     // blocks a row and split take: a block per kHeads (kMmaHeads) of each KV head's GQA group
     const int64_t per_row = int64_t(p.n_kv_heads) * head_pieces(p.n_heads / p.n_kv_heads, mma ? kMmaHeads : kHeads);
     launch_attention<DPL, C>(ctx, out, q, cache, p, 0, T, split_cap(plan, per_row, mma ? kMmaBlocksPerSm : 2),
-                             false, mma);
+                             false, mma, gate);
     return;
   }
   ctx.guard->check("deterministic attention (per-row split counts chosen on the host)");
@@ -403,7 +414,7 @@ void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const
       max_splits = splits;
       ++r1;
     }
-    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true, mma);
+    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true, mma, gate);
     r0 = r1;
   }
 }
@@ -586,7 +597,7 @@ void launch_attention_ext(const Context& ctx, const Tensor& out, const Tensor& q
     launch(attention_combine_kernel,
            dim3(unsigned(q.rows), unsigned(p.n_heads), unsigned(ceil_div(p.head_dim, kCombineDims))), kCombineDims, 0,
            ctx.stream, out.f32(), part, ctx.step.positions, p.n_heads, p.head_dim, n_splits, p.window, 0, false,
-           max_position);
+           max_position, nullptr);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -630,8 +641,11 @@ void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, con
   launch_kv_write(ctx, cache, k, v);
 }
 
-void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-               const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
+namespace {
+
+// attention's checks of its arguments.
+void check_attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
   check_step(ctx, plan);
   const bool step_kv = !k.empty();  // empty k/v: every position comes from the cache
   KCHECK_MSG(k.empty() == v.empty(), "attention: k and v must both be given or both be empty");
@@ -660,21 +674,40 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
                                   p.select.device == Device::kCuda && p.select.cols > 0),
              "attention: select must be I32 [", q.rows, ", S] on the device");
   check_cache_rows(cache, plan);
+}
+
+// The Qwen-line path after the step's k/v are in the cache: attend over the cache alone; then,
+// with a gate, out *= sigmoid(gate) (in the combine kernel, or mul_sigmoid after the prefill one).
+void attend_cache(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
+                  const AttentionParams& p, const StepPlan& plan, const Tensor& gate) {
+  const int hd = p.head_dim;
+  const float* g = gate.empty() ? nullptr : gate.f32();
+  dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
+    if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
+      attention_prefill(ctx, out, q, cache, p, plan);
+      if (g) mul_sigmoid(ctx, out, gate);
+      return;
+    }
+    if (hd <= 32) run_attention<1, C>(ctx, out, q, cache, p, plan, g);
+    else if (hd <= 64) run_attention<2, C>(ctx, out, q, cache, p, plan, g);
+    else if (hd <= 128) run_attention<4, C>(ctx, out, q, cache, p, plan, g);
+    else if (hd <= 256) run_attention<8, C>(ctx, out, q, cache, p, plan, g);
+    else run_attention<16, C>(ctx, out, q, cache, p, plan, g);
+  });
+}
+
+}  // namespace
+
+void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+               const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan) {
+  check_attention(ctx, out, q, k, v, cache, p, plan);
+  const bool step_kv = !k.empty();
+  const int hd = p.head_dim;
   if (q.rows == 0) return;
   if (cache.ring_rows == 0 && p.select.empty() && p.write_kv && step_kv) {
     // The Qwen-line path: write the step's k/v first, then attend over the cache alone.
     launch_kv_write(ctx, cache, k, v);  // paged (ring_rows 0): every row written
-    dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
-      if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
-        attention_prefill(ctx, out, q, cache, p, plan);
-        return;
-      }
-      if (hd <= 32) run_attention<1, C>(ctx, out, q, cache, p, plan);
-      else if (hd <= 64) run_attention<2, C>(ctx, out, q, cache, p, plan);
-      else if (hd <= 128) run_attention<4, C>(ctx, out, q, cache, p, plan);
-      else if (hd <= 256) run_attention<8, C>(ctx, out, q, cache, p, plan);
-      else run_attention<16, C>(ctx, out, q, cache, p, plan);
-    });
+    attend_cache(ctx, out, q, cache, p, plan, Tensor{});
     return;
   }
   // The general path: the step's own positions from k/v, the past from the cache; write after.
@@ -698,6 +731,22 @@ void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Ten
     else launch_attention_ext<16, C>(ctx, out, q, k, v, cache, p, n_splits, max_position);
   });
   if (step_kv && p.write_kv) launch_kv_write(ctx, cache, k, v);
+}
+
+bool norm_rope_attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& q_norm,
+                         const Tensor& k, const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
+                         const RopeConfig& rope, const KvLayerView& cache, const AttentionParams& p,
+                         const StepPlan& plan) {
+  if (k.empty() || cache.ring_rows != 0 || !p.select.empty() || !p.write_kv) return false;
+  check_attention(ctx, out, q, k, v, cache, p, plan);
+  if (!gate.empty()) {
+    check_f32(gate, "norm_rope_attention gate");
+    KCHECK_MSG(gate.rows == out.rows && gate.cols == out.cols, "norm_rope_attention: gate [", gate.rows, ", ",
+               gate.cols, "] for an output of [", out.rows, ", ", out.cols, "]");
+  }
+  if (!qk_norm_rope_kv_write(ctx, q, q_norm, k, k_norm, v, p.head_dim, eps, rope, cache, plan)) return false;
+  if (q.rows > 0) attend_cache(ctx, out, q, cache, p, plan, gate);
+  return true;
 }
 
 }  // namespace kestrel::cuda

@@ -177,8 +177,21 @@ void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& r
 // most 256): returns false, having done nothing, otherwise.
 bool qk_norm_rope(const Context& ctx, const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm,
                   int head_dim, float eps, const RopeConfig& rope, const StepPlan& plan);
+// qk_norm_rope that also writes k (normed and rotated) and v into a paged cache at the plan's
+// positions, as kv_write does: false, having done nothing, where its kernel does not take the shapes
+// or the cache (a ring, or not F32/BF16).
+bool qk_norm_rope_kv_write(const Context& ctx, const Tensor& q, const Tensor& q_norm, const Tensor& k,
+                           const Tensor& k_norm, const Tensor& v, int head_dim, float eps, const RopeConfig& rope,
+                           const KvLayerView& cache, const StepPlan& plan);
 void attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                const KvLayerView& cache, const AttentionParams& p, const StepPlan& plan);
+// Ops::norm_rope_attention over a paged cache the step writes (no ring, no selection, k and v
+// given, write_kv): qk_norm_rope_kv_write, then attention over the cache with the gate in its
+// combine kernel. False, having launched nothing, for the other cases (the caller runs the ops).
+bool norm_rope_attention(const Context& ctx, const Tensor& out, const Tensor& q, const Tensor& q_norm,
+                         const Tensor& k, const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
+                         const RopeConfig& rope, const KvLayerView& cache, const AttentionParams& p,
+                         const StepPlan& plan);
 void kv_write(const Context& ctx, const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan);
 void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const Tensor& k, const Tensor& k_norm,
                 const KvLayerView& cache, const QsaParams& p, const StepPlan& plan);

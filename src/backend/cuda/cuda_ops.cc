@@ -464,6 +464,13 @@ void CudaOps::qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& 
   if (!cuda::qk_norm_rope(ctx(), q, q_norm, k, k_norm, head_dim, eps, rope_cfg, plan))
     Ops::qk_norm_rope(q, q_norm, k, k_norm, head_dim, eps, rope_cfg, plan);
 }
+void CudaOps::norm_rope_attention(const Tensor& out, const Tensor& q, const Tensor& q_norm, const Tensor& k,
+                                  const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
+                                  const RopeConfig& rope_cfg, const KvLayerView& cache, const AttentionParams& p,
+                                  const StepPlan& plan) {
+  if (!cuda::norm_rope_attention(ctx(), out, q, q_norm, k, k_norm, v, gate, eps, rope_cfg, cache, p, plan))
+    Ops::norm_rope_attention(out, q, q_norm, k, k_norm, v, gate, eps, rope_cfg, cache, p, plan);
+}
 void CudaOps::rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) {
   cuda::rope(ctx(), x, head_dim, rope, plan);
 }

@@ -88,6 +88,10 @@ class CudaOps final : public Ops, public StepGraphs {
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, int head_dim,
                     float eps, const RopeConfig& rope_cfg, const StepPlan& plan) override;
+  void norm_rope_attention(const Tensor& out, const Tensor& q, const Tensor& q_norm, const Tensor& k,
+                           const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
+                           const RopeConfig& rope_cfg, const KvLayerView& cache, const AttentionParams& p,
+                           const StepPlan& plan) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const KvLayerView& cache,
                  const AttentionParams& p, const StepPlan& plan) override;
   void kv_write(const KvLayerView& cache, const Tensor& k, const Tensor& v, const StepPlan& plan) override;

@@ -24,23 +24,22 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
     proj[n_proj++] = {v, w.v.empty() ? w.k : w.v};
   }
   ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
+  Tensor o = ws.take(T, q.cols);
+  const AttentionParams params{.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd,
+                               .scale = cfg.scale, .window = window, .select = select, .write_kv = write_kv};
   if (w.k.empty()) {  // KV-shared: the source layer's k/v of this step (past positions: its cache)
     KCHECK(step != nullptr && !step->k.empty());
     ops.qk_norm_rope(q, w.q_norm, Tensor{}, Tensor{}, hd, eps, cfg.rope, plan);
-    k = step->k;
-    v = step->v;
-    write_kv = false;
+    AttentionParams shared = params;
+    shared.write_kv = false;
+    ops.attention(o, q, step->k, step->v, cache, shared, plan);
+    if (!gate.empty()) ops.mul_sigmoid(o, gate);
   } else {
     if (cfg.v_norm) ops.head_rms_norm(v, Tensor{}, hd, eps);
-    ops.qk_norm_rope(q, w.q_norm, k, w.k_norm, hd, eps, cfg.rope, plan);  // head norms and RoPE of q, k
+    // head norms and RoPE of q, k, attention, the output gate
+    ops.norm_rope_attention(o, q, w.q_norm, k, w.k_norm, v, gate, eps, cfg.rope, cache, params, plan);
     if (step) *step = {k, v};
   }
-  Tensor o = ws.take(T, q.cols);
-  ops.attention(o, q, k, v, cache,
-                {.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd, .scale = cfg.scale,
-                 .window = window, .select = select, .write_kv = write_kv},
-                plan);
-  if (!gate.empty()) ops.mul_sigmoid(o, gate);
   ops.matmul(y, o, w.o);
 }
 

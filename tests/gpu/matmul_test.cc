@@ -66,11 +66,12 @@ TEST_F(GpuTest, MatmulPrecisions) {
 #endif
 
 // A row's result from the GEMV kernels does not depend on how many rows (1..8) share the
-// launch: batched decode gives the bits of decoding alone. K spans several shared-memory tiles and a partial one.
+// launch: batched decode gives the bits of decoding alone. K spans several shared-memory tiles and a partial one;
+// N = 300 takes the one-row kernel's deep unroll (a grid of at most a block a multiprocessor), 5000 its usual one.
 TEST_F(GpuTest, MatmulGemvRowsAreBitIdenticalToAlone) {
   for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
-    for (int64_t K : {64, 1024, 2056, 4096 + 8}) {
-      const int64_t N = 300;
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{64, 300}, {1024, 300}, {2056, 300}, {4096 + 8, 300}, {1024, 5000},
+                        {4096 + 8, 5000}}) {
       const int T = 8;
       Buffer x = random(T, K), w = random(dt, N, K, 0.05f);
       Buffer dx = up(x), dw = up(w);

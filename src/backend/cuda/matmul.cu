@@ -67,12 +67,12 @@ constexpr int kGemv1Cols = 4;
 constexpr int64_t kPrefetchRowMax = 4096;
 constexpr int64_t kPrefetchTotal = int64_t(16) << 20;
 __device__ __forceinline__ void prefetch_rows(const void* w, int64_t row_bytes, int64_t n_first, int64_t n_cols,
-                                              int64_t N) {
+                                              int64_t N, int64_t row_max = kPrefetchRowMax) {
   if (n_first >= N) return;
   if (n_cols > N - n_first) n_cols = N - n_first;
   int64_t per_row = kPrefetchTotal / N;
   if (per_row < 128) per_row = 128;
-  if (per_row > kPrefetchRowMax) per_row = kPrefetchRowMax;
+  if (per_row > row_max) per_row = row_max;
   if (per_row > row_bytes) per_row = row_bytes;
   const int64_t lines = (per_row + 127) / 128;
   const char* base = static_cast<const char*>(w) + n_first * row_bytes;
@@ -105,44 +105,87 @@ struct ActMulX {
 };
 
 // The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
-// exactly the same code for each of its matrices).
-template <typename W, typename XS = PlainX>
+// exactly the same code for each of its matrices). U: steps of the k loop a lane has in flight
+// (U > 2: U * C weight loads issued before the sums that use them), C the columns a warp takes
+// (kGemv1Cols, or fewer); the sums are the same for any U and C (each column's in k order).
+template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols>
 __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x, const void* __restrict__ w, int64_t K,
                                             int64_t N, int64_t block) {
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
-  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
+  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * C;
   if (n0 >= N) return;
-  typename Rows::Row wr[kGemv1Cols];
+  typename Rows::Row wr[C];
 #pragma unroll
-  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
-  float acc[kGemv1Cols] = {};
-#pragma unroll 2
-  for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
-    const float4 a = x.load4(k);
-    const float4 b = x.load4(k + 4);
-    float wf[kGemv1Cols][8];
+  for (int c = 0; c < C; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
+  float acc[C] = {};
+  if constexpr (U > 2) {  // U steps' loads issued before their sums: the same sums in the same order
+    for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += 256 * U) {
+      float4 a[U], b[U];
+      float wf[U][C][8];
 #pragma unroll
-    for (int c = 0; c < kGemv1Cols; ++c) Rows::load8(wr[c], k, wf[c]);
+      for (int u = 0; u < U; ++u) {
+        const int64_t k = k0 + 256 * u;
+        if (k >= K) break;
+        a[u] = x.load4(k);
+        b[u] = x.load4(k + 4);
 #pragma unroll
-    for (int c = 0; c < kGemv1Cols; ++c)
-      acc[c] += dot8(a, b, wf[c]);
+        for (int c = 0; c < C; ++c) Rows::load8(wr[c], k, wf[u][c]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (k0 + 256 * u >= K) break;
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] += dot8(a[u], b[u], wf[u][c]);
+      }
+    }
+  } else {
+#pragma unroll U
+    for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
+      const float4 a = x.load4(k);
+      const float4 b = x.load4(k + 4);
+      float wf[C][8];
+#pragma unroll
+      for (int c = 0; c < C; ++c) Rows::load8(wr[c], k, wf[c]);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        acc[c] += dot8(a, b, wf[c]);
+    }
   }
 #pragma unroll
-  for (int c = 0; c < kGemv1Cols; ++c) {
+  for (int c = 0; c < C; ++c) {
     const float sum = warp_sum(acc[c]);
     if (lane == 0 && n0 + c < N) out[n0 + c] = sum;
   }
 }
 
-template <typename W, typename XS>
+// A matrix of few columns (a grid of at most one block a multiprocessor: the 35B-A3B's 2048 x
+// 4096 output projections are 64 blocks) keeps too few bytes in flight at U = 2 to stream at
+// the DRAM's rate (N x U x 512 bytes: 2 MB there); those take U = kGemv1DeepUnroll steps of
+// kGemv1DeepCols columns a warp (twice the blocks, registers for two a multiprocessor) and
+// prefetch up to kPrefetchSmallRowMax bytes a row (the whole 16 MB of such a matrix) while the
+// kernel before them runs.
+constexpr int kGemv1DeepUnroll = 4, kGemv1DeepCols = 2;
+constexpr int64_t kPrefetchSmallRowMax = 8192;
+template <typename W, typename XS, int U, int C>
 __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
                              const XS x,               // [1, K]
                              const W* __restrict__ w,  // [N, K]
-                             int64_t K, int64_t N) {
-  prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, N);
+                             int64_t K, int64_t N, int64_t prefetch_row_max) {
+  prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * C, kGemvWarps * C, N, prefetch_row_max);
   pdl_begin();
-  gemv1_block<W, XS>(out, x, w, K, N, blockIdx.x);
+  gemv1_block<W, XS, U, C>(out, x, w, K, N, blockIdx.x);
+}
+
+// The device's multiprocessors.
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
 }
 
 // R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
@@ -417,8 +460,15 @@ void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, in
     const XS xr = x.rows_from(r0 * K);
     with_rows(rows, [&]<int R>() {
       if constexpr (R == 1) {
-        launch(gemv1_kernel<W, XS>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, o, xr,
-               w, K, N);
+        const int64_t blocks = ceil_div(N, kGemvWarps * kGemv1Cols);
+        constexpr bool plain = !requires { W::kBlockBytes; };  // the block formats keep their unroll
+        if (plain && blocks <= sm_count())
+          launch(gemv1_kernel<W, XS, kGemv1DeepUnroll, kGemv1DeepCols>,
+                 unsigned(ceil_div(N, kGemvWarps * kGemv1DeepCols)), kGemvWarps * 32, 0, stream, o, xr, w, K, N,
+                 kPrefetchSmallRowMax);
+        else
+          launch(gemv1_kernel<W, XS, 2, kGemv1Cols>, unsigned(blocks), kGemvWarps * 32, 0, stream, o, xr, w, K, N,
+                 kPrefetchRowMax);
         CUDA_CHECK_LAUNCH();
       } else {
         launch_gemv_rows<W, R>(stream, o, xr, w, K, N);

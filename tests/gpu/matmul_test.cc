@@ -97,11 +97,13 @@ TEST_F(GpuTest, MatmulGemvRowsAreBitIdenticalToAlone) {
 // matmul_multi (one launch for a layer's input projections) gives every output the bits its
 // own matmul gives, for every row count (the fused GEMV path up to 8 rows, separate matmuls past
 // it) and matrices of very different widths (tiny N like the DeltaNet a/b projections, N not a
-// multiple of a block's columns), and matches the CPU.
+// multiple of a block's columns), and matches the CPU. The second set (an MoE layer's router and
+// shared expert, 1281 columns) takes the small-grid kernel at one row.
 TEST_F(GpuTest, MatmulMultiEqualsSeparateMatmuls) {
-  for (DType dt : {DType::kBF16, DType::kF32}) {
+  for (auto [dt, widths] : {std::pair<DType, std::vector<int64_t>>{DType::kBF16, {300, 32, 4096 + 40, 1}},
+                            {DType::kF32, {300, 32, 4096 + 40, 1}}, {DType::kBF16, {256, 512, 512, 1}},
+                            {DType::kF32, {256, 512, 512, 1}}}) {
     const int64_t K = 1024 + 8;
-    const std::vector<int64_t> widths = {300, 32, 4096 + 40, 1};
     std::vector<Buffer> hw, dw;
     for (size_t m = 0; m < widths.size(); ++m) {
       hw.push_back(random(dt, widths[m], K, 0.05f));

@@ -270,15 +270,21 @@ struct MultiTargets {
   int count;
 };
 
-template <typename W, int R>
+// Deep (R = 1): the grid is at most a block a multiprocessor, so each block runs gemv1_kernel's
+// small-grid code (kGemv1DeepUnroll steps of kGemv1DeepCols columns a warp, whole rows
+// prefetched): the router and shared-expert projections of an MoE layer (1281 columns).
+template <typename W, int R, bool Deep = false>
 __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
   const void* w = t.w[m];
-  prefetch_rows(w, t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
+  prefetch_rows(w, t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m],
+                Deep ? kPrefetchSmallRowMax : kPrefetchRowMax);
   pdl_begin();
-  if constexpr (R == 1) {
+  if constexpr (R == 1 && Deep) {
+    gemv1_block<W, PlainX, kGemv1DeepUnroll, kGemv1DeepCols>(t.out[m], PlainX{x}, w, K, t.n[m], block);
+  } else if constexpr (R == 1) {
     gemv1_block<W>(t.out[m], PlainX{x}, w, K, t.n[m], block);
   } else {
     __shared__ __align__(16) float xs[R * kGemvTileK];
@@ -847,15 +853,27 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
   MultiTargets mt{};
   mt.count = int(targets.size());
   int64_t blocks = 0;
+  // One row over few columns in all takes the small-grid GEMV (gemv_multi_kernel's Deep).
+  bool deep = false;
+  auto lay_out = [&](int64_t plain_cols) {
+    blocks = 0;
+    for (int m = 0; m < mt.count; ++m) {
+      mt.block_cols[m] = quant ? gemv_quant_block_cols(mt.dtype[m], T, K) : plain_cols;
+      blocks += ceil_div(mt.n[m], mt.block_cols[m]);
+      mt.block_end[m] = blocks;
+    }
+  };
   for (int m = 0; m < mt.count; ++m) {
     mt.w[m] = targets[size_t(m)].w.data;
     mt.out[m] = targets[size_t(m)].out.f32();
     mt.n[m] = targets[size_t(m)].w.rows;
     mt.dtype[m] = targets[size_t(m)].w.dtype;
     mt.row_bytes[m] = int64_t(targets[size_t(m)].w.row_bytes());
-    mt.block_cols[m] = quant ? gemv_quant_block_cols(mt.dtype[m], T, K) : kGemvWarps * kGemv1Cols;
-    blocks += ceil_div(mt.n[m], mt.block_cols[m]);
-    mt.block_end[m] = blocks;
+  }
+  lay_out(kGemvWarps * kGemv1Cols);
+  if (!quant && T == 1 && blocks <= sm_count()) {
+    deep = true;
+    lay_out(kGemvWarps * kGemv1DeepCols);
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");
   if (quant) {
@@ -864,7 +882,11 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
   }
   dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {
     const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
-    with_rows(T, [&]<int R>() { launch(gemv_multi_kernel<W, R>, grid, block, 0, ctx.stream, mt, x.f32(), K); });
+    if (deep) {
+      launch(gemv_multi_kernel<W, 1, true>, grid, block, 0, ctx.stream, mt, x.f32(), K);
+    } else {
+      with_rows(T, [&]<int R>() { launch(gemv_multi_kernel<W, R>, grid, block, 0, ctx.stream, mt, x.f32(), K); });
+    }
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -2,7 +2,8 @@
 // The cache holds F32 or BF16 elements (C; Ops::set_kv_cache_bf16). With BF16 every key and value
 // a row attends is taken at BF16, the step's own as well (as_cached), as the CPU oracle does.
 // 1. kv_write_kernel (shared with the general path below) writes the step's k/v rows into each
-//    sequence's cache blocks.
+//    sequence's cache blocks (under Ops::norm_rope_attention, rope.cu's qk_norm_rope_kernel
+//    writes them as it norms and rotates k, and the combine kernel below applies the gate).
 // 2. attention_kernel: one block per (row, KV head, split), serving up to 4 query heads of that
 //    KV head's GQA group (each K/V row it loads feeds them all). The row's key positions
 //    [max(0, pos - window + 1), pos] are cut into n_splits contiguous ranges (split-KV: decode

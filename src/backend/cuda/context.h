@@ -179,7 +179,8 @@ bool qk_norm_rope(const Context& ctx, const Tensor& q, const Tensor& q_norm, con
                   int head_dim, float eps, const RopeConfig& rope, const StepPlan& plan);
 // qk_norm_rope that also writes k (normed and rotated) and v into a paged cache at the plan's
 // positions, as kv_write does: false, having done nothing, where its kernel does not take the shapes
-// or the cache (a ring, or not F32/BF16).
+// or the cache (a ring, or not F32/BF16). The caller has checked that every row's position lies in
+// its sequence's blocks (attention's checks, as norm_rope_attention runs them first).
 bool qk_norm_rope_kv_write(const Context& ctx, const Tensor& q, const Tensor& q_norm, const Tensor& k,
                            const Tensor& k_norm, const Tensor& v, int head_dim, float eps, const RopeConfig& rope,
                            const KvLayerView& cache, const StepPlan& plan);

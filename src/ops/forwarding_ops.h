@@ -1,9 +1,8 @@
 // ForwardingOps: a backend wrapped, every call passed through to it — the fused ops too (matmul_gated,
 // matmul_gated_and_route, add_mul_sigmoid, moe_experts_shared, sample_candidates, qk_norm_rope,
-// norm_rope_attention), so a wrapped
-// backend runs exactly the kernels it runs alone. Each op runs through run(name, fn), which
-// subclasses override to act around it (ProfilingOps times ops; tests inject faults). Allocations
-// and uploads pass straight through.
+// norm_rope_attention), so a wrapped backend runs exactly the kernels it runs alone. Each op runs
+// through run(name, fn), which subclasses override to act around it (ProfilingOps times ops; tests
+// inject faults). Allocations and uploads pass straight through.
 #pragma once
 
 #include <functional>

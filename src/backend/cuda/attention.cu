@@ -376,14 +376,8 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
 // shared memory fills one). The count itself, up to this, follows the keys (step_splits on the
 // device). per_row: the blocks a row and split take.
 int split_cap(const StepPlan& plan, int64_t per_row, int blocks_per_sm = 2) {
-  static const int n_sm = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
   const int64_t blocks = int64_t(plan.n_rows()) * per_row;
-  const int64_t want = (blocks_per_sm * int64_t(n_sm) + blocks - 1) / blocks;
+  const int64_t want = (blocks_per_sm * int64_t(sm_count()) + blocks - 1) / blocks;
   return int(std::clamp<int64_t>(want, 1, kMaxSplits));
 }
 

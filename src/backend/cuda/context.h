@@ -114,11 +114,14 @@ enum ScratchSlot : int {
   kNumSlots = 17,
 };
 
-// Checks that begin_step ran with this plan.
+// The device's multiprocessors (read once).
+int sm_count();
+
 // Whether launch() (device_util.cuh) asks for programmatic dependent launch: on unless
 // KESTREL_CUDA_PDL=0 (to measure what it buys; results are the same either way). Read once.
 bool pdl_enabled();
 
+// Checks that begin_step ran with this plan.
 inline void check_step(const Context& ctx, const StepPlan& plan) {
   KCHECK_MSG(ctx.step.n_rows == plan.n_rows() && ctx.step.n_seqs == int32_t(plan.seqs.size()),
              "CUDA op called with a StepPlan that begin_step did not see (", plan.n_rows(), " rows vs ",

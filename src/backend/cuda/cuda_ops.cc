@@ -89,6 +89,16 @@ void* Context::upload_scratch(int slot, const void* host, size_t bytes) const {
   return d;
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
 }  // namespace cuda
 
 struct CudaOps::Impl {

@@ -61,6 +61,23 @@ void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, const dim3* cluster,
 }
 }  // namespace launch_detail
 
+// Calls fn.template operator()<N>() with N = n for n of 1 .. 7 and N = 8 for any other n: one
+// instantiation of a kernel for each small count it is compiled for (a GEMV pass's rows, the
+// values a lane holds of a head).
+template <typename Fn>
+void with_1_to_8(int64_t n, Fn&& fn) {
+  switch (n) {
+    case 1: fn.template operator()<1>(); break;
+    case 2: fn.template operator()<2>(); break;
+    case 3: fn.template operator()<3>(); break;
+    case 4: fn.template operator()<4>(); break;
+    case 5: fn.template operator()<5>(); break;
+    case 6: fn.template operator()<6>(); break;
+    case 7: fn.template operator()<7>(); break;
+    default: fn.template operator()<8>(); break;
+  }
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
 // pdl_enabled(). Launch-configuration errors throw here, naming the launch.
 template <typename... P, typename... A>

@@ -42,16 +42,7 @@ constexpr int kGemvWarps = 8;    // output columns per block
 template <typename Fn>
 void with_rows(int64_t rows, Fn&& fn) {
   static_assert(kGemvMaxRows == 8);
-  switch (rows) {
-    case 1: fn.template operator()<1>(); break;
-    case 2: fn.template operator()<2>(); break;
-    case 3: fn.template operator()<3>(); break;
-    case 4: fn.template operator()<4>(); break;
-    case 5: fn.template operator()<5>(); break;
-    case 6: fn.template operator()<6>(); break;
-    case 7: fn.template operator()<7>(); break;
-    default: fn.template operator()<8>(); break;
-  }
+  with_1_to_8(rows, std::forward<Fn>(fn));
 }
 
 // Decode of one row, the bandwidth-bound case: each warp computes kGemv1Cols consecutive
@@ -167,6 +158,8 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
 // kernel before them runs.
 constexpr int kGemv1DeepUnroll = 4, kGemv1DeepCols = 2;
 constexpr int64_t kPrefetchSmallRowMax = 8192;
+// Whether a one-row GEMV launch of `blocks` blocks (at kGemv1Cols columns a warp) is such a grid.
+bool small_gemv_grid(int64_t blocks) { return blocks <= sm_count(); }
 template <typename W, typename XS, int U, int C>
 __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
                              const XS x,               // [1, K]
@@ -175,17 +168,6 @@ __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
   prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * C, kGemvWarps * C, N, prefetch_row_max);
   pdl_begin();
   gemv1_block<W, XS, U, C>(out, x, w, K, N, blockIdx.x);
-}
-
-// The device's multiprocessors.
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
 }
 
 // R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
@@ -468,7 +450,7 @@ void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, in
       if constexpr (R == 1) {
         const int64_t blocks = ceil_div(N, kGemvWarps * kGemv1Cols);
         constexpr bool plain = !requires { W::kBlockBytes; };  // the block formats keep their unroll
-        if (plain && blocks <= sm_count())
+        if (plain && small_gemv_grid(blocks))
           launch(gemv1_kernel<W, XS, kGemv1DeepUnroll, kGemv1DeepCols>,
                  unsigned(ceil_div(N, kGemvWarps * kGemv1DeepCols)), kGemvWarps * 32, 0, stream, o, xr, w, K, N,
                  kPrefetchSmallRowMax);
@@ -871,7 +853,7 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     mt.row_bytes[m] = int64_t(targets[size_t(m)].w.row_bytes());
   }
   lay_out(kGemvWarps * kGemv1Cols);
-  if (!quant && T == 1 && blocks <= sm_count()) {
+  if (!quant && T == 1 && small_gemv_grid(blocks)) {
     deep = true;
     lay_out(kGemvWarps * kGemv1DeepCols);
   }

@@ -164,20 +164,11 @@ void launch_qk_norm_rope(const Context& ctx, const Tensor& q, const Tensor& q_no
   const float* wq = q_norm.empty() ? nullptr : q_norm.f32();
   const float* wk = has_k && !k_norm.empty() ? k_norm.f32() : nullptr;
   float* kp = has_k ? k.f32() : nullptr;
-  auto run = [&]<int R>() {
+  static_assert(kQkMaxDim / 32 <= 8, "a lane's values of a head: with_1_to_8's counts");
+  with_1_to_8(d / 32, [&]<int R>() {
     launch(qk_norm_rope_kernel<R, C>, grid, kQkWarps * 32, 0, ctx.stream, q.f32(), wq, q_heads, kp, wk, k_heads,
            ctx.step.positions, rows, d, half, span, eps, freqs, kv);
-  };
-  switch (d / 32) {
-    case 1: run.template operator()<1>(); break;
-    case 2: run.template operator()<2>(); break;
-    case 3: run.template operator()<3>(); break;
-    case 4: run.template operator()<4>(); break;
-    case 5: run.template operator()<5>(); break;
-    case 6: run.template operator()<6>(); break;
-    case 7: run.template operator()<7>(); break;
-    default: run.template operator()<8>(); break;
-  }
+  });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,8 @@
 # tree as it is (A, into OUT_DIR/a), applies PATCH (git apply; a docs/experiments patch), rebuilds,
 # runs the GPU tests FILTER on the patched tree (gtest filter; "none" for none), runs
 # device-bench.sh again (B, into OUT_DIR/b), and reverts the patch. DEVICE=cpu runs the flow on the
-# CPU backend (to try the script itself on a small preset).
+# CPU backend (to try the script itself on a small preset). QUANT=q4_k_m (or any --quant) benches
+# the preset's GGUF at that quant instead (scripts/device-bench-gguf.sh, converted once, by A).
 #   usage: scripts/device-ab-patch.sh OUT_DIR PATCH FILTER PRESET NAME [bench options...]
 #   e.g.   MODELS=/dev/shm scripts/device-ab-patch.sh out docs/experiments/qk-norm-rope-2026-12-04.patch \
 #            'GpuTest.QkNorm*:GpuTest.Rope*' Qwen3.5-35B-A3B q35b -p 0 -n 64 -b 1,8 -r 2
@@ -20,7 +21,11 @@ source "$here/lib/random-model.sh"  # the Debian libraries' path, for the test b
 mkdir -p "$out"
 [ -f "$patch" ] || { echo "no patch file $patch"; exit 1; }
 git apply --check "$patch" || { echo "$patch does not apply to this tree"; exit 1; }
-"$here/device-bench.sh" "$out/a" "$preset" "$name" "$@" || exit 1
+bench() {
+  if [ -n "${QUANT:-}" ]; then "$here/device-bench-gguf.sh" "$1" "$preset" "$name" "$QUANT" "${@:2}"
+  else "$here/device-bench.sh" "$1" "$preset" "$name" "${@:2}"; fi
+}
+bench "$out/a" "$@" || exit 1
 git apply "$patch" || exit 1
 trap 'git apply -R "$patch"' EXIT
 cmake --build build -j"$(nproc)" >"$out/build-patched.log" 2>&1 || { grep -m3 -A12 error "$out/build-patched.log"; exit 1; }
@@ -29,4 +34,4 @@ if [ "$filter" != none ]; then
   build/tests/kestrel_gpu_tests --gtest_filter="$filter" >"$out/tests-patched.log" 2>&1
   echo "patched tests exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/tests-patched.log" | tr '\n' ' '))"
 fi
-"$here/device-bench.sh" "$out/b" "$preset" "$name" "$@"
+bench "$out/b" "$@"

@@ -23,6 +23,7 @@ CacheCosts cache_costs(const ModelConfig& cfg, int32_t block_size, size_t kv_ele
       c.bytes_per_block += uint64_t(cfg.layer_attn[size_t(l)].index_key_dim) * 4 * uint64_t(block_size);
   }
   for (int64_t n : cfg.layer_aux_state) c.bytes_per_slot += uint64_t(n) * 4;
+  c.bytes_per_slot += uint64_t(std::max(cfg.token_context, 0)) * 4;  // the slot's token context (I32)
   const int n_lin = cfg.count_layers(LayerKind::kLinearAttention);
   const auto& g = cfg.gdn;
   c.bytes_per_slot += uint64_t(n_lin) * 4 *
@@ -71,8 +72,7 @@ ModelCache::ModelCache(const ModelConfig& cfg, Ops& ops, CacheSizing sizing)
   for (size_t l = 0; l < cfg.layer_aux_state.size(); ++l) {
     if (cfg.layer_aux_state[l] > 0) aux_[l] = ops.alloc(ops.activation_dtype(), sizing.n_slots, cfg.layer_aux_state[l]);
   }
-  token_context_ = cfg.token_context;
-  token_ctx_.assign(size_t(sizing.n_slots) * size_t(token_context_), 0);
+  if (cfg.token_context > 0) token_ctx_ = ops.alloc(DType::kI32, sizing.n_slots, cfg.token_context);
   kv_source_.resize(size_t(L));
   for (int l = 0; l < L; ++l) kv_source_[size_t(l)] = cfg.kv_source(l);
   for (int32_t b = sizing.n_blocks - 1; b >= 0; --b) free_blocks_.push_back(b);
@@ -146,10 +146,7 @@ void ModelCache::copy_slot(int32_t dst, int32_t src) {
       ops_.copy_rows(v_[l], dst * r, v_[l], src * r, r);
     }
   }
-  if (token_context_ > 0) {
-    std::copy_n(token_ctx_.begin() + long(size_t(src) * size_t(token_context_)), token_context_,
-                token_ctx_.begin() + long(size_t(dst) * size_t(token_context_)));
-  }
+  if (!token_ctx_.empty()) ops_.copy_rows(token_ctx_, dst, token_ctx_, src, 1);
 }
 
 void ModelCache::reset_slot(int32_t slot) {

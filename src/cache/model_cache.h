@@ -78,11 +78,10 @@ class ModelCache {
   void copy_slot(int32_t dst, int32_t src);
   int32_t free_slots() const { return int32_t(free_slots_.size()); }
   bool needs_slots() const { return has_state_; }
-  // Host-side per-slot token context (the last cfg.token_context ids of the sequence, oldest
-  // first; meaningful once the sequence has cached tokens). Null when the model keeps none.
-  int32_t* token_context(int32_t slot) {
-    return token_context_ > 0 ? token_ctx_.data() + size_t(slot) * size_t(token_context_) : nullptr;
-  }
+  // Per-slot token context, I32 [n_slots, cfg.token_context] on the backend: the last ids of each
+  // slot's sequence, oldest first, meaningful once it has cached tokens (the token_windows op
+  // reads and moves it on). Empty when the model keeps none.
+  Tensor token_context() const { return token_ctx_.view(); }
 
  private:
   Ops& ops_;
@@ -90,8 +89,7 @@ class ModelCache {
   bool has_state_ = false;
   std::vector<Buffer> k_, v_, conv_, ssm_;  // [n_layers]; empty where the layer has no such cache
   std::vector<Buffer> index_k_, aux_;       // [n_layers]; QSA indexer keys, extra conv state
-  int token_context_ = 0;
-  std::vector<int32_t> token_ctx_;          // host [n_slots, token_context]
+  Buffer token_ctx_;                        // I32 [n_slots, token_context]
   std::vector<int32_t> free_blocks_, free_slots_;
   std::vector<int32_t> refs_;  // [n_blocks]
   BlockHooks hooks_;

@@ -106,6 +106,13 @@ class ForwardingOps : public Ops {
   void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) override {
     run("embed_rows", [&] { inner_.embed_rows(out, shards, ids); });
   }
+  void token_windows(const Tensor& windows, const Tensor& context, int32_t eos, const StepPlan& plan) override {
+    run("token_windows", [&] { inner_.token_windows(windows, context, eos, plan); });
+  }
+  void ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                   const Tensor& hash) override {
+    run("ngram_embed", [&] { inner_.ngram_embed(out, shards, windows, hash); });
+  }
   void streams_expand(const Tensor& out, const Tensor& y) override {
     run("streams_expand", [&] { inner_.streams_expand(out, y); });
   }

@@ -223,6 +223,23 @@ class Ops {
   // out[N, D] = rows ids[i] of the concatenation of `shards` (each [rows_k, D], BF16/F16/F32):
   // an embedding lookup with host-computed ids (hashed n-gram ids), table split row-wise.
   virtual void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) { refuse("embed_rows"); }
+  // Token windows for hashed n-gram embeddings (ops/ngram.h): windows I32 [T, n], row r = its
+  // token and the n - 1 before it in its sequence, newest first, eos across an eos or before the
+  // sequence's start. The tokens before the step come from context I32 [slots, n - 1] (each slot's
+  // last n - 1 tokens, oldest first; a sequence with n_past == 0 starts from eos whatever its
+  // row holds); afterwards every stepped sequence's row holds its last n - 1 tokens. 2 <= n <=
+  // ngram::kMaxN. Keeping the context in a tensor the step updates lets a recorded decode step
+  // replay (ops/step_graphs.h).
+  virtual void token_windows(const Tensor& windows, const Tensor& context, int32_t eos, const StepPlan& plan) {
+    refuse("token_windows");
+  }
+  // out[T * heads, D]: row t * heads + h = row ngram::head_row(windows[t], hash, h) of the
+  // concatenation of `shards` (as embed_rows; every shard but the last the same rows), with
+  // windows I32 [T, n] from token_windows and hash I64 [1, n + 2 * heads] (NgramHash::packed).
+  virtual void ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                           const Tensor& hash) {
+    refuse("ngram_embed");
+  }
 
   // ---- residual streams (hyper-connections: x [T, n * H] holds n streams of width H) ----
   // out[T, n * H]: every stream = y [T, H].

@@ -380,6 +380,34 @@ TEST_F(QuantGpuTest, EmbedAndEmbedRows) {
   }
 }
 
+// ngram_embed over block-format shards gathers the rows dequantize_row gives, as the CPU does.
+TEST_F(QuantGpuTest, NgramEmbedBlockFormats) {
+  const int n = 3, heads = 4;
+  // a hash of 4 heads (two orders) whose tables cover 600 rows: sizes 149, 151, 157, 139
+  const std::vector<int64_t> packed = {1000003, 2000003, 3000017, 149, 151, 157, 139, 0, 149, 300, 457};
+  Buffer hp = cpu_.alloc(DType::kI64, 1, int64_t(packed.size()));
+  std::copy(packed.begin(), packed.end(), hp.view().as<int64_t>());
+  Buffer dhp = up(hp);
+  Buffer w = cpu_.alloc(DType::kI32, 10, n);
+  for (int64_t i = 0; i < w.view().numel(); ++i) w.view().as<int32_t>()[i] = int32_t((i * 7919) % 5000);
+  Buffer dw = up(w);
+  const int64_t H = 256;
+  for (DType dt : kBlockTypes) {
+    std::vector<Buffer> hs, ds;
+    std::vector<Tensor> ht, dts;
+    for (int64_t rows : {256, 256, 88}) {
+      hs.push_back(quantized(dt, rows, H, 1.0f));
+      ds.push_back(up(hs.back()));
+      ht.push_back(hs.back());
+      dts.push_back(ds.back());
+    }
+    Buffer ref = cpu_.alloc(DType::kF32, 10 * heads, H), out = gpu().alloc(DType::kF32, 10 * heads, H);
+    cpu_.ngram_embed(ref, ht, w, hp);
+    gpu().ngram_embed(out, dts, dw, dhp);
+    EXPECT_EQ(down(out), host(ref)) << dtype_name(dt);
+  }
+}
+
 TEST_F(QuantGpuTest, SupportsEveryBlockFormat) {
   for (DType dt : kBlockTypes) EXPECT_TRUE(gpu().supports_weight_dtype(dt)) << dtype_name(dt);
   EXPECT_FALSE(gpu().supports_weight_dtype(DType::kI32));

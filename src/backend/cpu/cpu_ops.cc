@@ -96,6 +96,13 @@ void CpuOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w,
 void CpuOps::embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
   cpu::embed_rows(out, shards, ids);
 }
+void CpuOps::token_windows(const Tensor& windows, const Tensor& context, int32_t eos, const StepPlan& plan) {
+  cpu::token_windows(windows, context, eos, plan);
+}
+void CpuOps::ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                         const Tensor& hash) {
+  cpu::ngram_embed(out, shards, windows, hash);
+}
 void CpuOps::streams_expand(const Tensor& out, const Tensor& y) { cpu::streams_expand(out, y); }
 void CpuOps::streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) { cpu::streams_mix(out, w, x); }
 void CpuOps::streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) {

@@ -45,6 +45,9 @@ class CpuOps final : public Ops {
   void mul(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps) override;
   void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) override;
+  void token_windows(const Tensor& windows, const Tensor& context, int32_t eos, const StepPlan& plan) override;
+  void ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                   const Tensor& hash) override;
   void streams_expand(const Tensor& out, const Tensor& y) override;
   void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) override;
   void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate) override;

@@ -64,6 +64,8 @@ void activation(const Tensor& x, Activation act);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
 void group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);
 void embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids);
+void token_windows(const Tensor& windows, const Tensor& context, int32_t eos, const StepPlan& plan);
+void ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows, const Tensor& hash);
 void streams_expand(const Tensor& out, const Tensor& y);
 void streams_mix(const Tensor& out, const Tensor& w, const Tensor& x);
 void streams_inject(const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);

@@ -36,9 +36,17 @@ struct StepView {
 struct GraphGuard {
   std::atomic<uint64_t> epoch{0};
   bool capturing = false;
+  // The largest position a step replayed from the open capture may hold: an op whose launch sizes
+  // cover the step's positions only up to a bound (qsa_select's key blocks) lowers it, and a
+  // replay of a step with a later position is refused (the graph is recorded again).
+  int32_t position_limit = INT32_MAX;
   // Throws Error(kUnsupported) naming `what` (an op needing the host inside the step) while a
   // capture is open; the capture is then abandoned and the step runs eagerly.
   void check(const char* what) const;
+  // While a capture is open: what this step's launches cover holds only for positions <= p.
+  void limit_positions(int32_t p) {
+    if (capturing && p < position_limit) position_limit = p;
+  }
 };
 
 // Device scratch in numbered slots; a slot grows (never shrinks) on demand. Work on one stream
@@ -58,7 +66,8 @@ class Scratch {
   std::vector<size_t> size_;
 };
 
-// Device copies of host arrays of device pointers (the expert weights of each MoE layer), made
+// Device copies of host arrays of device pointers (the expert weights of each MoE layer, the
+// shards of an n-gram table), made
 // once and reused while the pointers stay the same. Making or replacing a table synchronizes the
 // stream, so it is refused while a capture is open (a warm-up step made them already).
 class PointerTables {
@@ -161,6 +170,10 @@ void sample_candidates(const Context& ctx, const Tensor& ids, const Tensor& scal
 void group_rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, int group, float eps);
 void embed_rows(const Context& ctx, const Tensor& out, const std::vector<Tensor>& shards,
                 const std::vector<int32_t>& ids);
+void token_windows(const Context& ctx, const Tensor& windows, const Tensor& context, int32_t eos,
+                   const StepPlan& plan);
+void ngram_embed(const Context& ctx, const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                 const Tensor& hash);
 void streams_expand(const Context& ctx, const Tensor& out, const Tensor& y);
 void streams_mix(const Context& ctx, const Tensor& out, const Tensor& w, const Tensor& x);
 void streams_inject(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& w, bool accumulate);

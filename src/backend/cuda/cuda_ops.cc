@@ -66,7 +66,7 @@ const void* const* PointerTables::get(const std::vector<const void*>& ptrs, cuda
   KCHECK(!ptrs.empty());
   auto it = entries_.find(ptrs[0]);
   if (it != entries_.end() && it->second.host == ptrs) return static_cast<const void* const*>(it->second.dev);
-  guard_.check("uploading a MoE pointer table");
+  guard_.check("uploading a pointer table (MoE experts, n-gram table shards)");
   if (it == entries_.end()) it = entries_.emplace(ptrs[0], Entry{}).first;
   Entry& e = it->second;
   if (e.dev && e.host.size() < ptrs.size()) {
@@ -348,9 +348,11 @@ std::string CudaOps::graphs_off_reason() const {
 bool CudaOps::replay_step(const StepGraphKey& key, const StepPlan& plan) {
   if (!graphs_off_reason().empty()) return false;
   const cuda::GraphCache::Shape shape{plan.n_rows(), int32_t(plan.seqs.size()), int32_t(plan.logit_rows.size())};
-  if (!impl_->graphs.find(key, shape, impl_->guard->epoch.load())) return false;
+  int32_t max_position = 0;
+  for (int32_t p : plan.positions) max_position = std::max(max_position, p);
+  if (!impl_->graphs.find(key, shape, impl_->guard->epoch.load(), max_position)) return false;
   begin_step(plan);  // may grow the plan buffer, which makes the graph stale: look again
-  cudaGraphExec_t exec = impl_->graphs.find(key, shape, impl_->guard->epoch.load());
+  cudaGraphExec_t exec = impl_->graphs.find(key, shape, impl_->guard->epoch.load(), max_position);
   if (!exec) return false;
   CUDA_CHECK(cudaGraphLaunch(exec, impl_->ctx.stream));
   return true;
@@ -364,6 +366,7 @@ void CudaOps::begin_capture(const StepGraphKey& key, const StepPlan& plan) {
   impl_->capture_shape = {plan.n_rows(), int32_t(plan.seqs.size()), int32_t(plan.logit_rows.size())};
   impl_->capture_tables = plan.block_tables.size();
   impl_->capture_epoch = impl_->guard->epoch.load();
+  impl_->guard->position_limit = INT32_MAX;
   // Relaxed: cuBLAS may allocate its workspace; our own host-side needs are refused by the guard.
   CUDA_CHECK(cudaStreamBeginCapture(impl_->ctx.stream, cudaStreamCaptureModeRelaxed));
   impl_->guard->capturing = true;
@@ -390,7 +393,8 @@ std::string CudaOps::end_capture() {
     cudaGetLastError();
     return std::string("instantiating the graph failed: ") + cudaGetErrorString(err);
   }
-  impl_->graphs.add(impl_->capture_key, impl_->capture_shape, impl_->capture_epoch, exec);
+  impl_->graphs.add(impl_->capture_key, impl_->capture_shape, impl_->capture_epoch, impl_->guard->position_limit,
+                    exec);
   CUDA_CHECK(cudaGraphLaunch(exec, impl_->ctx.stream));
   return {};
 }
@@ -450,6 +454,13 @@ void CudaOps::group_rms_norm(const Tensor& out, const Tensor& x, const Tensor& w
 }
 void CudaOps::embed_rows(const Tensor& out, const std::vector<Tensor>& shards, const std::vector<int32_t>& ids) {
   cuda::embed_rows(ctx(), out, shards, ids);
+}
+void CudaOps::token_windows(const Tensor& windows, const Tensor& context, int32_t eos, const StepPlan& plan) {
+  cuda::token_windows(ctx(), windows, context, eos, plan);
+}
+void CudaOps::ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                          const Tensor& hash) {
+  cuda::ngram_embed(ctx(), out, shards, windows, hash);
 }
 void CudaOps::streams_expand(const Tensor& out, const Tensor& y) { cuda::streams_expand(ctx(), out, y); }
 void CudaOps::streams_mix(const Tensor& out, const Tensor& w, const Tensor& x) { cuda::streams_mix(ctx(), out, w, x); }

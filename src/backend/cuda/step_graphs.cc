@@ -70,19 +70,21 @@ GraphCache::~GraphCache() {
   for (Entry& e : entries_) cudaGraphExecDestroy(e.exec);
 }
 
-cudaGraphExec_t GraphCache::find(const StepGraphKey& key, const Shape& shape, uint64_t epoch) {
+cudaGraphExec_t GraphCache::find(const StepGraphKey& key, const Shape& shape, uint64_t epoch, int32_t max_position) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
     if (!(e.key == key)) continue;
-    if (e.epoch == epoch && e.shape == shape) return e.exec;
-    CUDA_CHECK(cudaGraphExecDestroy(e.exec));  // stale: device memory moved since, or another shape
+    if (e.epoch == epoch && e.shape == shape && max_position <= e.position_limit) return e.exec;
+    // stale: device memory moved since, another shape, or positions past what its launches cover
+    CUDA_CHECK(cudaGraphExecDestroy(e.exec));
     entries_.erase(entries_.begin() + long(i));
     return nullptr;
   }
   return nullptr;
 }
 
-void GraphCache::add(const StepGraphKey& key, const Shape& shape, uint64_t epoch, cudaGraphExec_t exec) {
+void GraphCache::add(const StepGraphKey& key, const Shape& shape, uint64_t epoch, int32_t position_limit,
+                     cudaGraphExec_t exec) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].key == key) {
       CUDA_CHECK(cudaGraphExecDestroy(entries_[i].exec));
@@ -90,7 +92,7 @@ void GraphCache::add(const StepGraphKey& key, const Shape& shape, uint64_t epoch
       break;
     }
   }
-  entries_.push_back({key, shape, epoch, exec});
+  entries_.push_back({key, shape, epoch, position_limit, exec});
 }
 
 void GraphCache::drop(const void* owner) {

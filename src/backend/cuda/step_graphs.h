@@ -48,10 +48,11 @@ class GraphCache {
     int32_t rows = 0, seqs = 0, logit_rows = 0;
     bool operator==(const Shape&) const = default;
   };
-  // The graph for `key` if it has this shape and epoch; a stale one (older epoch) is dropped.
-  cudaGraphExec_t find(const StepGraphKey& key, const Shape& shape, uint64_t epoch);
-  // Keeps `exec` for `key` (replacing any graph it had).
-  void add(const StepGraphKey& key, const Shape& shape, uint64_t epoch, cudaGraphExec_t exec);
+  // The graph for `key` if it has this shape and epoch and covers a step whose largest position
+  // is max_position; a stale one (older epoch, other shape, positions past its limit) is dropped.
+  cudaGraphExec_t find(const StepGraphKey& key, const Shape& shape, uint64_t epoch, int32_t max_position);
+  // Keeps `exec` for `key` (replacing any graph it had), valid for positions <= position_limit.
+  void add(const StepGraphKey& key, const Shape& shape, uint64_t epoch, int32_t position_limit, cudaGraphExec_t exec);
   void drop(const void* owner);
   size_t size() const { return entries_.size(); }
 
@@ -60,6 +61,7 @@ class GraphCache {
     StepGraphKey key;
     Shape shape;
     uint64_t epoch = 0;
+    int32_t position_limit = 0;
     cudaGraphExec_t exec = nullptr;
   };
   std::vector<Entry> entries_;

@@ -30,6 +30,7 @@ struct HyperWeights {
 
 struct PleWeights {
   NgramHash hash;
+  Tensor hash_packed;                  // I64 [1, n + 2 * heads]: hash.packed() on the backend
   std::vector<Tensor> table;           // row shards of the n-gram table, each [rows_k, ple_dim / ngram_heads]
   Tensor key_proj;                     // [hc * H, ple_dim]
   Tensor value_proj;                   // [H, ple_dim]
@@ -69,7 +70,9 @@ class Qwen4ExpModel final : public Model {
 
   // m [T, H] (and w [T, hc] when w is not empty) from the streams x [T, hc * H].
   void hyper_connection(const HyperWeights& hw, const Tensor& x, const Tensor& m, const Tensor& w);
-  void ple_block(const Qwen4Layer& layer, const StepPlan& plan, ModelCache& cache, int l, const Tensor& x);
+  // windows: the step's token windows (token_windows, ngram_size wide).
+  void ple_block(const Qwen4Layer& layer, const StepPlan& plan, ModelCache& cache, int l, const Tensor& windows,
+                 const Tensor& x);
   void qsa_block(const Qwen4Layer& layer, const StepPlan& plan, const KvLayerView& kv, const Tensor& h,
                  const Tensor& y);
 
@@ -187,6 +190,15 @@ void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer&
     }
   }
   KCHECK(rows == w.hash.padded_rows);
+  for (size_t h = 0; h < w.hash.head_sizes.size(); ++h)
+    KCHECK(w.hash.head_offsets[h] + w.hash.head_sizes[h] <= rows && rows < (int64_t(1) << 31));
+  const std::vector<int64_t> packed = w.hash.packed();
+  const Tensor host{.dtype = DType::kI64,
+                    .device = Device::kCpu,
+                    .data = const_cast<int64_t*>(packed.data()),
+                    .rows = 1,
+                    .cols = int64_t(packed.size())};
+  w.hash_packed = wl.keep(wl.ops().upload(host));
   w.key_proj = wl.op_weight(p + "key_proj.weight", HC, E);
   w.value_proj = wl.op_weight(p + "value_proj.weight", H, E);
   w.norm_key = norm(wl, p + "norm_key.weight", HC);
@@ -242,20 +254,14 @@ void Qwen4ExpModel::hyper_connection(const HyperWeights& hw, const Tensor& x, co
 }
 
 void Qwen4ExpModel::ple_block(const Qwen4Layer& layer, const StepPlan& plan, ModelCache& cache, int l,
-                              const Tensor& x) {
+                              const Tensor& windows, const Tensor& x) {
   const auto& q = cfg_.q4;
   const auto& w = layer.ple_w;
   const int64_t T = x.rows, HC = x.cols, H = cfg_.hidden_size, heads = q.ngram_heads();
   const float eps = cfg_.norm_eps;
-  // hashed n-gram rows of every new token, from each sequence's token context
-  std::vector<int32_t> ids(size_t(T * heads));
-  std::vector<int32_t> fresh(size_t(q.ngram_size - 1), q.eos);
-  for (const SeqStep& s : plan.seqs) {
-    const int32_t* ctx = s.n_past > 0 ? cache.token_context(s.state_slot) : fresh.data();
-    ngram_ids(cfg_, w.hash, ctx, plan.tokens.data() + s.row_begin, s.n_tokens, ids.data() + int64_t(s.row_begin) * heads);
-  }
+  // the hashed n-gram rows of every new token's window
   Tensor emb = ws_.take(T * heads, q.ple_embed_dim / heads);
-  ops_.embed_rows(emb, w.table, ids);
+  ops_.ngram_embed(emb, w.table, windows, w.hash_packed);
   emb = emb.reshaped(T, q.ple_embed_dim);
   Tensor key = ws_.take(T, HC);
   ops_.matmul(key, emb, w.key_proj);
@@ -305,9 +311,16 @@ void Qwen4ExpModel::forward(const StepPlan& plan, ModelCache& cache, const Tenso
   ops_.embed(y, embed_, plan, 1.0f);
   ops_.streams_expand(x, y);
   capture_hidden(capture, x);
+  // Every row's n-gram window, for the PLE layers; the sequences' token contexts move on by this
+  // step's tokens (on the backend, so a recorded decode step replays it).
+  Tensor windows;
+  if (cfg_.token_context > 0) {
+    windows = ws_.take(DType::kI32, T, cfg_.q4.ngram_size);
+    ops_.token_windows(windows, cache.token_context(), cfg_.q4.eos, plan);
+  }
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Qwen4Layer& layer = layers_[size_t(l)];
-    if (layer.ple >= 0) ple_block(layer, plan, cache, l, x);
+    if (layer.ple >= 0) ple_block(layer, plan, cache, l, windows, x);
     hyper_connection(layer.attn_hc, x, m, w);
     if (layer.kind == LayerKind::kLinearAttention) {
       deltanet_block(ops_, ws_, layer.gdn, cfg_.gdn, cfg_.norm_eps, cache.state(l), plan, m, y);
@@ -319,16 +332,6 @@ void Qwen4ExpModel::forward(const StepPlan& plan, ModelCache& cache, const Tenso
     moe_block(ops_, ws_, layer.moe, cfg_.moe, m, y);
     ops_.streams_inject(x, y, w, /*accumulate=*/true);
     if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
-  }
-  // the token context of every sequence moves on by this step's tokens
-  const int ctx = cfg_.token_context;
-  for (const SeqStep& s : plan.seqs) {
-    if (ctx == 0) break;
-    int32_t* c = cache.token_context(s.state_slot);
-    std::vector<int32_t> hist;
-    for (int i = 0; i < ctx; ++i) hist.push_back(s.n_past > 0 ? c[i] : cfg_.q4.eos);
-    hist.insert(hist.end(), plan.tokens.begin() + s.row_begin, plan.tokens.begin() + s.row_begin + s.n_tokens);
-    std::copy(hist.end() - ctx, hist.end(), c);
   }
   hyper_connection(mixer_, x, m, Tensor{});
   capture_hidden(capture, m);  // the last hidden state is the final mixer's output, as transformers reports it

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/arch/qwen4_exp.h"
+#include "ops/ngram.h"
 
 namespace kestrel {
 namespace {
@@ -57,40 +58,25 @@ NgramHash ngram_hash(const ModelConfig& cfg, int ple_index) {
   return h;
 }
 
+std::vector<int64_t> NgramHash::packed() const {
+  std::vector<int64_t> p(multipliers);
+  p.insert(p.end(), head_sizes.begin(), head_sizes.end());
+  p.insert(p.end(), head_offsets.begin(), head_offsets.end());
+  return p;
+}
+
 void ngram_ids(const ModelConfig& cfg, const NgramHash& hash, const int32_t* context, const int32_t* tokens,
                int32_t n_tokens, int32_t* out) {
-  const auto& q = cfg.q4;
-  const int ctx = q.ngram_size - 1, heads = q.heads_per_ngram, n_heads = q.ngram_heads();
-  // history = context + new tokens; segment_start[i] = 1 + the last eos before i
-  std::vector<int64_t> hist(size_t(ctx + n_tokens));
-  for (int i = 0; i < ctx; ++i) hist[size_t(i)] = context[i];
-  for (int32_t t = 0; t < n_tokens; ++t) hist[size_t(ctx + t)] = tokens[t];
-  int64_t last_eos = -1;
-  std::vector<int64_t> seg_start(hist.size());
-  for (size_t i = 0; i < hist.size(); ++i) {
-    seg_start[i] = last_eos + 1;
-    if (hist[i] == q.eos) last_eos = int64_t(i);
-  }
-  auto shifted = [&](int64_t i, int shift) -> int64_t {
-    if (shift == 0) return hist[size_t(i)];
-    const bool valid = i - seg_start[size_t(i)] >= shift && i - shift >= 0;
-    return valid ? hist[size_t(i - shift)] : int64_t(q.eos);
-  };
+  const int n = cfg.q4.ngram_size, ctx = n - 1, n_heads = cfg.q4.ngram_heads();
+  KCHECK(n >= 2 && n <= ngram::kMaxN && int(hash.multipliers.size()) == n && int(hash.head_sizes.size()) == n_heads);
+  const std::vector<int64_t> packed = hash.packed();
+  const ngram::PackedHash ph{packed.data(), n, n_heads};
+  // history = context (ctx places) + the new tokens
+  auto at = [&](int64_t j) { return j < ctx ? context[j] : tokens[j - ctx]; };
+  int32_t window[ngram::kMaxN];
   for (int32_t t = 0; t < n_tokens; ++t) {
-    const int64_t i = ctx + t;
-    for (int order = 2; order <= q.ngram_size; ++order) {
-      // int64 products wrap as torch's do; xor on the bits
-      uint64_t mixed = uint64_t(shifted(i, 0)) * uint64_t(hash.multipliers[0]);
-      for (int k = 1; k < order; ++k) mixed ^= uint64_t(shifted(i, k)) * uint64_t(hash.multipliers[size_t(k)]);
-      const int64_t sm = int64_t(mixed);
-      for (int j = 0; j < heads; ++j) {
-        const int head = (order - 2) * heads + j;
-        const int64_t size = hash.head_sizes[size_t(head)];
-        int64_t r = sm % size;
-        if (r < 0) r += size;  // torch.remainder: the sign of the divisor
-        out[int64_t(t) * n_heads + head] = int32_t(r + hash.head_offsets[size_t(head)]);
-      }
-    }
+    ngram::token_window(at, ctx + t, n, cfg.q4.eos, window);
+    for (int h = 0; h < n_heads; ++h) out[int64_t(t) * n_heads + h] = int32_t(ngram::head_row(window, ph, h));
   }
 }
 

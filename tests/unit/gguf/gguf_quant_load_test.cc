@@ -42,6 +42,11 @@ class FloatWeightsOnly final : public ForwardingOps {
     for (const Tensor& s : shards) check(s);
     ForwardingOps::embed_rows(out, shards, ids);
   }
+  void ngram_embed(const Tensor& out, const std::vector<Tensor>& shards, const Tensor& windows,
+                   const Tensor& hash) override {
+    for (const Tensor& s : shards) check(s);
+    ForwardingOps::ngram_embed(out, shards, windows, hash);
+  }
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
     check(w);
     ForwardingOps::matmul(out, x, w);

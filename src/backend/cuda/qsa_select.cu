@@ -4,6 +4,9 @@
 //    `ratio` raw keys mean-pooled (double sums), RMS-normed with k_norm, rotated at the block's
 //    first position, then score = sum over the row's indexer heads of relu(q_h . k_b) / sqrt(d),
 //    dot products in double: the CPU oracle's arithmetic, step by step.
+//    The grid covers a bucket of key blocks (kMinKeyBlocks, then powers of two) at least the
+//    step's largest count; warps past their row's count exit. A graph recorded with it holds for
+//    positions up to the bucket's (GraphGuard::limit_positions).
 // 3. qsa_pick_kernel, one block per row: the budget / ratio best blocks (ties to the lower block).
 //    The threshold (the keep-th largest score) is found bit by bit over the scores' order-preserving
 //    64-bit keys (64 counting passes, no sort), then the chosen blocks are written in ascending
@@ -18,6 +21,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kPickThreads = 256;
+constexpr int64_t kMinKeyBlocks = 16;  // the smallest bucket of key blocks a launch covers
 
 __device__ __forceinline__ int64_t paged_row(const int32_t* block_tables, const SeqStep& s, int block_size,
                                              int64_t pos) {
@@ -205,13 +209,21 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
     max_blocks = std::max<int64_t>(max_blocks, (pos + 1) / ratio);
   }
   if (q.rows == 0) return;
-  KCHECK_MSG(ceil_div(max_blocks, kWarps) <= 65535, "qsa_select: ", max_blocks, " blocks of keys (the CUDA kernel takes ",
-             int64_t(65535) * kWarps, ")");
+  // The launches cover key blocks up to a bucket of the step's count (at least kMinKeyBlocks, then
+  // powers of two): the kernels read each row's own count from its position, so the bits do not
+  // depend on the bucket, and a recorded step replays every later step up to the bucket's end.
+  int64_t cap = kMinKeyBlocks, most = kMinKeyBlocks;
+  while (cap < max_blocks) cap *= 2;
+  while (ceil_div(most * 2, kWarps) <= 65535) most *= 2;
+  KCHECK_MSG(cap <= most, "qsa_select: ", max_blocks, " blocks of keys (the CUDA kernel takes up to ", most, ")");
+  // (pos + 1) / ratio <= cap for every pos <= (cap + 1) * ratio - 2
+  ctx.guard->limit_positions(int32_t(std::min<int64_t>((cap + 1) * ratio - 2, INT32_MAX)));
+  max_blocks = cap;
   launch(qsa_key_write_kernel, unsigned(k.rows), 128, 0, ctx.stream, cache.index_k.f32(), k.f32(), ctx.step.positions,
          ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, d);
   CUDA_CHECK_LAUNCH();
-  auto* scores = static_cast<double*>(ctx.scratch->get(kSlotQsaScores, size_t(q.rows * std::max<int64_t>(max_blocks, 1)) * 8));
-  if (max_blocks > 0) {
+  auto* scores = static_cast<double*>(ctx.scratch->get(kSlotQsaScores, size_t(q.rows * max_blocks) * 8));
+  {
     RopeArgs rope{.half = half, .span = span, .inv_freq = {}};
     const int freq_dim = p.rope.freq_dim > 0 ? p.rope.freq_dim : std::max(rot, 1);
     for (int i = 0; i < half; ++i) rope.inv_freq[i] = rope_inv_freq(p.rope.theta, i, freq_dim);
@@ -221,7 +233,7 @@ void qsa_select(const Context& ctx, const Tensor& select, const Tensor& q, const
     CUDA_CHECK_LAUNCH();
   }
   launch(qsa_pick_kernel, unsigned(q.rows), kPickThreads, 0, ctx.stream, select.as<int32_t>(), scores,
-         ctx.step.positions, std::max<int64_t>(max_blocks, 1), p.budget / ratio, ratio, int(select.cols));
+         ctx.step.positions, max_blocks, p.budget / ratio, ratio, int(select.cols));
   CUDA_CHECK_LAUNCH();
 }
 

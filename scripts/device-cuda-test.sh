@@ -46,8 +46,16 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   kernels+=':GpuTest.AddRmsNorm:*AttentionPrefill.VsCpu*:*AttentionPrefill.SharpScores*'
   kernels+=':QuantGpuTest.MatmulEveryFormatAgainstReference:QuantGpuTest.MatmulMultiMixedFormatsEqualsSeparate'
   kernels+=':QuantGpuTest.MoeExperts:QuantGpuTest.EmbedAndEmbedRows:DeltaRuleTest.Bf16PrecisionOnTensorCores'
+  # kernels added since the 2026-12-03 sanitizer run (one-row GEMVs, fused decode kernels, n-grams)
+  kernels+=':GpuTest.Argmax:GpuTest.Conv1dSiluDecodeFused:GpuTest.MatmulMulti*:GpuTest.MatmulGemvRows*'
+  kernels+=':GpuTest.NormRopeAttention*:GpuTest.QkNormRope*:DeltaRuleTest.RecurrenceFusedEqualsParts'
+  kernels+=':DeltaRuleTest.TiledValueHeads:QuantGpuTest.MatmulQ4KGeometries:QuantGpuTest.MatmulQ6KGeometries'
+  kernels+=':QuantGpuTest.MatmulCopyEngineManyBlocks:QuantGpuTest.NgramEmbedBlockFormats:GpuTest.TokenWindows*'
+  kernels+=':GpuTest.NgramEmbed*:SampleCandidatesTest.*'
+  # SANITIZE_TESTS replaces the list (a gtest filter); SANITIZE_TIMEOUT the time box of each tool.
+  kernels="${SANITIZE_TESTS:-$kernels}"
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
+    timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
       --gtest_filter="$kernels" >"$out/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool exit $? ($(grep -E '(ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize-$tool.log" | tail -1))"
   done

@@ -5,6 +5,7 @@
 // slot, other blocks), prefill steps between decode steps (one replaces the logits buffer, so
 // graphs go stale and are recorded again), block tables growing and split-KV attention's split count
 // changing with the longest position (every 64 keys). The graphs-on run must actually replay.
+// The same in deterministic mode (StepGraphsDeterministicTest).
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -77,32 +78,40 @@ ScheduleResult run_schedule(Model& model) {
   return res;
 }
 
-class StepGraphsTest : public GpuTest, public ::testing::WithParamInterface<const char*> {};
-
-TEST_P(StepGraphsTest, ReplayedDecodeIsBitIdenticalToEager) {
-  auto& cuda = dynamic_cast<CudaOps&>(gpu());
-  LoadedModel lm = load_model(data_path(std::string("fixtures/") + GetParam()), cuda);
-  cuda.set_step_graphs(false);
-  const ScheduleResult eager = run_schedule(*lm.model);
-  EXPECT_EQ(eager.stats.replayed + eager.stats.recorded, 0);
-  EXPECT_NE(eager.stats.off, "");
-  cuda.set_step_graphs(true);
-  const ScheduleResult graphs = run_schedule(*lm.model);
-  std::printf("  %-14s graphs: %ld replayed, %ld recorded, %ld eager decode steps%s%s\n", GetParam(),
-              long(graphs.stats.replayed), long(graphs.stats.recorded), long(graphs.stats.eager),
-              graphs.stats.failure.empty() ? "" : "; last capture failure: ", graphs.stats.failure.c_str());
-  EXPECT_EQ(graphs.stats.off, "");
-  EXPECT_EQ(graphs.stats.failure, "");
-  EXPECT_GE(graphs.stats.recorded, 4);   // buckets 3, 1, 2 and 3 again after the long prefill
-  EXPECT_GE(graphs.stats.replayed, 60);
-  ASSERT_EQ(graphs.logits.size(), eager.logits.size());
-  size_t differ = 0, first = 0;
-  for (size_t i = 0; i < eager.logits.size(); ++i) {
-    if (std::memcmp(&graphs.logits[i], &eager.logits[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+class StepGraphsTest : public GpuTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  // The schedule with graphs off, then on (deterministic mode or not on both): every logits row
+  // bit-identical, and the graphs-on run replaying most decode steps.
+  void check_replay(bool deterministic) {
+    auto& cuda = dynamic_cast<CudaOps&>(gpu());
+    cuda.set_deterministic(deterministic);
+    LoadedModel lm = load_model(data_path(std::string("fixtures/") + GetParam()), cuda);
+    cuda.set_step_graphs(false);
+    const ScheduleResult eager = run_schedule(*lm.model);
+    EXPECT_EQ(eager.stats.replayed + eager.stats.recorded, 0);
+    EXPECT_NE(eager.stats.off, "");
+    cuda.set_step_graphs(true);
+    const ScheduleResult graphs = run_schedule(*lm.model);
+    cuda.set_deterministic(false);
+    std::printf("  %-14s%s graphs: %ld replayed, %ld recorded, %ld eager decode steps%s%s\n", GetParam(),
+                deterministic ? " (deterministic)" : "", long(graphs.stats.replayed), long(graphs.stats.recorded),
+                long(graphs.stats.eager), graphs.stats.failure.empty() ? "" : "; last capture failure: ",
+                graphs.stats.failure.c_str());
+    EXPECT_EQ(graphs.stats.off, "");
+    EXPECT_EQ(graphs.stats.failure, "");
+    EXPECT_GE(graphs.stats.recorded, 4);   // buckets 3, 1, 2 and 3 again after the long prefill
+    EXPECT_GE(graphs.stats.replayed, 60);
+    ASSERT_EQ(graphs.logits.size(), eager.logits.size());
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < eager.logits.size(); ++i) {
+      if (std::memcmp(&graphs.logits[i], &eager.logits[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    }
+    EXPECT_EQ(differ, 0u) << GetParam() << ": " << differ << " logits differ, the first at " << first << " ("
+                          << graphs.logits[first] << " vs " << eager.logits[first] << ")";
   }
-  EXPECT_EQ(differ, 0u) << GetParam() << ": " << differ << " logits differ, the first at " << first << " ("
-                        << graphs.logits[first] << " vs " << eager.logits[first] << ")";
-}
+};
+
+TEST_P(StepGraphsTest, ReplayedDecodeIsBitIdenticalToEager) { check_replay(false); }
 
 INSTANTIATE_TEST_SUITE_P(QwenLine, StepGraphsTest,
                          ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_5_tied", "qwen3_next", "qwen3_moe",
@@ -118,6 +127,15 @@ INSTANTIATE_TEST_SUITE_P(Gemma4, StepGraphsTest,
 // crosses buckets at 66, 130 and 258 positions: the graphs are recorded again, never replayed
 // past what they cover).
 INSTANTIATE_TEST_SUITE_P(Qwen4Exp, StepGraphsTest, ::testing::Values("qwen4_exp"));
+
+// Deterministic mode: a decode launch's attention grid is as deep as the bucket (a power of two)
+// of its rows' det_splits, each row taking its own count on the device, and the graph holds while
+// every row's keys fit that depth (the schedule crosses 256 keys: depth 1 to 2). The paged path
+// (qwen3_5, qwen3_5_moe), rings and the general path (gemma4_text), selections (qwen4_exp).
+class StepGraphsDeterministicTest : public StepGraphsTest {};
+TEST_P(StepGraphsDeterministicTest, ReplayedDecodeIsBitIdenticalToEager) { check_replay(true); }
+INSTANTIATE_TEST_SUITE_P(Deterministic, StepGraphsDeterministicTest,
+                         ::testing::Values("qwen3_5", "qwen3_5_moe", "gemma4_text", "qwen4_exp"));
 
 // A model whose forward pass is not checked under capture (Model::graph_blocker's default) runs
 // eagerly and says why.

@@ -395,21 +395,27 @@ void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const
                              false, mma, gate);
     return;
   }
-  ctx.guard->check("deterministic attention (per-row split counts chosen on the host)");
-  // Deterministic: each row det_splits(its keys); consecutive rows share a launch while their
-  // split results fit kDetPartialBytes (a long prefill chunk would otherwise need gigabytes).
+  // Deterministic: each row det_splits(its keys), computed on the device. A launch's grid depth
+  // is det_depth of its rows' most, so the bits do not depend on it, and a step graph recorded
+  // with it holds while every row's keys fit that depth (limit_positions). Consecutive rows share
+  // a launch while their split results fit kDetPartialBytes (a long prefill chunk would
+  // otherwise need gigabytes).
   const size_t per_split_bytes = size_t(p.n_heads) * size_t(p.head_dim + 2) * sizeof(float);
   for (int64_t r0 = 0; r0 < T;) {
     int64_t r1 = r0;
-    int max_splits = 1;
+    int depth = 1;
     while (r1 < T) {
       const int64_t pos = plan.positions[size_t(r1)];
-      const int splits = std::max(max_splits, det_splits(pos - first_key(pos, p.window) + 1));
-      if (r1 > r0 && size_t(r1 - r0 + 1) * size_t(splits) * per_split_bytes > kDetPartialBytes) break;
-      max_splits = splits;
+      const int d = std::max(depth, det_depth(det_splits(pos - first_key(pos, p.window) + 1)));
+      if (r1 > r0 && size_t(r1 - r0 + 1) * size_t(d) * per_split_bytes > kDetPartialBytes) break;
+      depth = d;
       ++r1;
     }
-    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, max_splits, true, mma, gate);
+    // keys = pos - first_key + 1 <= depth * kDetKeysPerSplit holds for every position with a
+    // window that short, else for positions below depth * kDetKeysPerSplit
+    if (depth < kMaxSplits && !(p.window > 0 && p.window <= depth * kDetKeysPerSplit))
+      ctx.guard->limit_positions(int32_t(depth * kDetKeysPerSplit - 1));
+    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, depth, true, mma, gate);
     r0 = r1;
   }
 }

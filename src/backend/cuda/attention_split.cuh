@@ -20,6 +20,15 @@ __host__ __device__ __forceinline__ int det_splits(int64_t keys) {
   return int(n < 1 ? 1 : n > kMaxSplits ? kMaxSplits : n);
 }
 
+// Deterministic mode: the grid depth a launch whose rows need at most `splits` splits takes (a
+// power of two, at most kMaxSplits), so a recorded step graph covers rows growing past their
+// count until they need more than the depth.
+__host__ __device__ __forceinline__ int det_depth(int splits) {
+  int d = 1;
+  while (d < splits && d < kMaxSplits) d *= 2;
+  return d;
+}
+
 // The split count of a step whose largest position is max_pos: kMinKeysPerSplit keys per split
 // at least, at most `cap` (the grid depth, split_cap) and kMaxSplits. A row's key count grows
 // with its position, so the step's longest row is the one at max_pos.

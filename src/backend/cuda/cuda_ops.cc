@@ -341,7 +341,6 @@ void CudaOps::set_step_graphs(bool on) { impl_->graphs_on = on; }
 
 std::string CudaOps::graphs_off_reason() const {
   if (!impl_->graphs_on) return "switched off (KESTREL_CUDA_GRAPHS=0)";
-  if (impl_->ctx.deterministic) return "deterministic mode (attention splits are chosen per row on the host)";
   return {};
 }
 

@@ -5,7 +5,8 @@
 // slot, other blocks), prefill steps between decode steps (one replaces the logits buffer, so
 // graphs go stale and are recorded again), block tables growing and split-KV attention's split count
 // changing with the longest position (every 64 keys). The graphs-on run must actually replay.
-// The same in deterministic mode (StepGraphsDeterministicTest).
+// The same in deterministic mode (StepGraphsDeterministicTest), and over batches of more than 8
+// rows (StepGraphsWideTest).
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -78,20 +79,63 @@ ScheduleResult run_schedule(Model& model) {
   return res;
 }
 
+// Decode batches past the GEMV's 8 rows (cuBLAS and the grouped MoE path inside the capture):
+// twelve sequences prefilled together, decoded together, then ten of them after two finish.
+ScheduleResult run_wide_schedule(Model& model) {
+  const int64_t V = model.config().vocab_size;
+  ScheduleResult res;
+  Runner r(model, cpu_cache_sizing(model.config(), 12, 200));
+  std::vector<SequenceState> seqs(12);
+  std::vector<int32_t> next(seqs.size(), 0);
+  auto step = [&](const std::vector<size_t>& which, const std::vector<std::vector<int32_t>>& toks) {
+    std::vector<StepItem> items;
+    for (size_t j = 0; j < which.size(); ++j) items.push_back({.seq = &seqs[which[j]], .tokens = toks[j]});
+    const std::vector<float> l = r.step(items);
+    res.logits.insert(res.logits.end(), l.begin(), l.end());
+    for (size_t j = 0; j < which.size(); ++j) {
+      const float* row = l.data() + j * size_t(V);
+      next[which[j]] = int32_t(std::max_element(row, row + V) - row);
+    }
+  };
+  std::vector<size_t> all;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    r.start(seqs[s]);
+    all.push_back(s);
+    prompts.push_back(tokens_for(int(3 + 9 * s), V, int(s) + 7));
+  }
+  step(all, prompts);
+  auto decode = [&](const std::vector<size_t>& which, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      std::vector<std::vector<int32_t>> toks;
+      for (size_t s : which) toks.push_back({next[s]});
+      step(which, toks);
+    }
+  };
+  decode(all, 10);  // bucket 12: 2 eager, recorded, replayed
+  r.finish(seqs[3]);
+  r.finish(seqs[8]);
+  decode({0, 1, 2, 4, 5, 6, 7, 9, 10, 11}, 6);  // bucket 10
+  for (size_t s : all) r.finish(seqs[s]);
+  res.stats = r.graph_stats();
+  return res;
+}
+
 class StepGraphsTest : public GpuTest, public ::testing::WithParamInterface<const char*> {
  protected:
   // The schedule with graphs off, then on (deterministic mode or not on both): every logits row
   // bit-identical, and the graphs-on run replaying most decode steps.
-  void check_replay(bool deterministic) {
+  void check_replay(bool deterministic, bool wide = false) {
     auto& cuda = dynamic_cast<CudaOps&>(gpu());
     cuda.set_deterministic(deterministic);
     LoadedModel lm = load_model(data_path(std::string("fixtures/") + GetParam()), cuda);
     cuda.set_step_graphs(false);
-    const ScheduleResult eager = run_schedule(*lm.model);
+    auto schedule = wide ? run_wide_schedule : run_schedule;
+    const ScheduleResult eager = schedule(*lm.model);
     EXPECT_EQ(eager.stats.replayed + eager.stats.recorded, 0);
     EXPECT_NE(eager.stats.off, "");
     cuda.set_step_graphs(true);
-    const ScheduleResult graphs = run_schedule(*lm.model);
+    const ScheduleResult graphs = schedule(*lm.model);
     cuda.set_deterministic(false);
     std::printf("  %-14s%s graphs: %ld replayed, %ld recorded, %ld eager decode steps%s%s\n", GetParam(),
                 deterministic ? " (deterministic)" : "", long(graphs.stats.replayed), long(graphs.stats.recorded),
@@ -99,8 +143,13 @@ class StepGraphsTest : public GpuTest, public ::testing::WithParamInterface<cons
                 graphs.stats.failure.c_str());
     EXPECT_EQ(graphs.stats.off, "");
     EXPECT_EQ(graphs.stats.failure, "");
-    EXPECT_GE(graphs.stats.recorded, 4);   // buckets 3, 1, 2 and 3 again after the long prefill
-    EXPECT_GE(graphs.stats.replayed, 60);
+    if (wide) {
+      EXPECT_GE(graphs.stats.recorded, 2);  // buckets 12 and 10
+      EXPECT_GE(graphs.stats.replayed, 10);
+    } else {
+      EXPECT_GE(graphs.stats.recorded, 4);  // buckets 3, 1, 2 and 3 again after the long prefill
+      EXPECT_GE(graphs.stats.replayed, 60);
+    }
     ASSERT_EQ(graphs.logits.size(), eager.logits.size());
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < eager.logits.size(); ++i) {
@@ -136,6 +185,14 @@ class StepGraphsDeterministicTest : public StepGraphsTest {};
 TEST_P(StepGraphsDeterministicTest, ReplayedDecodeIsBitIdenticalToEager) { check_replay(true); }
 INSTANTIATE_TEST_SUITE_P(Deterministic, StepGraphsDeterministicTest,
                          ::testing::Values("qwen3_5", "qwen3_5_moe", "gemma4_text", "qwen4_exp"));
+
+// Batches of 12 and 10 rows: cuBLAS's matmuls and the MoE's grouped expert kernels recorded and
+// replayed (and, in deterministic mode, the GEMV kernels in row groups of 8).
+class StepGraphsWideTest : public StepGraphsTest {};
+TEST_P(StepGraphsWideTest, ReplayedDecodeIsBitIdenticalToEager) { check_replay(false, true); }
+TEST_P(StepGraphsWideTest, ReplayedDeterministicDecodeIsBitIdenticalToEager) { check_replay(true, true); }
+INSTANTIATE_TEST_SUITE_P(Wide, StepGraphsWideTest,
+                         ::testing::Values("qwen3_5", "qwen3_5_moe", "gemma4_text_moe", "qwen4_exp"));
 
 // A model whose forward pass is not checked under capture (Model::graph_blocker's default) runs
 // eagerly and says why.

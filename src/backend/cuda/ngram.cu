@@ -39,14 +39,17 @@ __global__ void token_windows_kernel(int32_t* __restrict__ windows,  // [T, n]
   if (int(threadIdx.x) < ctx) c[threadIdx.x] = at(s.n_tokens + threadIdx.x);
 }
 
-// The table row of pair p = t * heads + h (a warp's), or -1 outside the table.
-__device__ __forceinline__ int64_t pair_row(const int32_t* __restrict__ windows, const int64_t* __restrict__ hash,
-                                            int n, int heads, int64_t p, int64_t rows) {
+// The warp's pair p = t * heads + h (false past the last) and its table row (-1 outside the table).
+__device__ __forceinline__ bool warp_pair(const int32_t* __restrict__ windows, const int64_t* __restrict__ hash,
+                                          int n, int heads, int64_t pairs, int64_t rows, int64_t& p, int64_t& row) {
+  p = int64_t(blockIdx.x) * kEmbedWarps + (threadIdx.x >> 5);
+  if (p >= pairs) return false;
   int32_t w[ngram::kMaxN];
   const int32_t* src = windows + (p / heads) * n;
   for (int k = 0; k < n; ++k) w[k] = src[k];
-  const int64_t row = ngram::head_row(w, ngram::PackedHash{hash, n, heads}, int(p % heads));
-  return row >= 0 && row < rows ? row : -1;
+  row = ngram::head_row(w, ngram::PackedHash{hash, n, heads}, int(p % heads));
+  if (row < 0 || row >= rows) row = -1;
+  return true;
 }
 
 // grid: ceil(T * heads / kEmbedWarps) blocks of kEmbedWarps warps. W: a plain table dtype.
@@ -56,10 +59,9 @@ __global__ void ngram_embed_kernel(float* __restrict__ out,  // [T * heads, D]
                                    const int32_t* __restrict__ windows, const int64_t* __restrict__ hash, int n,
                                    int heads, int64_t pairs, int64_t rows, int64_t D) {
   pdl_begin();
-  const int64_t p = int64_t(blockIdx.x) * kEmbedWarps + (threadIdx.x >> 5);
-  if (p >= pairs) return;
+  int64_t p, row;
+  if (!warp_pair(windows, hash, n, heads, pairs, rows, p, row)) return;
   const int lane = threadIdx.x & 31;
-  const int64_t row = pair_row(windows, hash, n, heads, p, rows);
   float* o = out + p * D;
   if (row < 0) {  // the loader checked the hash's tables against the table; never read outside it
     for (int64_t c = lane; c < D; c += 32) o[c] = 0.0f;
@@ -75,10 +77,9 @@ __global__ void ngram_embed_quant_kernel(float* __restrict__ out, const void* co
                                          const int32_t* __restrict__ windows, const int64_t* __restrict__ hash, int n,
                                          int heads, int64_t pairs, int64_t rows, int64_t D) {
   pdl_begin();
-  const int64_t p = int64_t(blockIdx.x) * kEmbedWarps + (threadIdx.x >> 5);
-  if (p >= pairs) return;
+  int64_t p, row;
+  if (!warp_pair(windows, hash, n, heads, pairs, rows, p, row)) return;
   const int lane = threadIdx.x & 31;
-  const int64_t row = pair_row(windows, hash, n, heads, p, rows);
   float* o = out + p * D;
   const uint8_t* src =
       row < 0 ? nullptr : static_cast<const uint8_t*>(shards[row / shard_rows]) + size_t(row % shard_rows) * row_bytes;

@@ -78,7 +78,7 @@ __device__ __forceinline__ void prefetch_rows(const void* w, int64_t row_bytes, 
 struct PlainX {
   const float* x;
   __device__ __forceinline__ float4 load4(int64_t i) const { return *reinterpret_cast<const float4*>(x + i); }
-  PlainX rows_from(int64_t i) const { return {x + i}; }
+  __host__ __device__ PlainX rows_from(int64_t i) const { return {x + i}; }
 };
 template <Activation A>
 struct ActMulX {
@@ -92,7 +92,7 @@ struct ActMulX {
     const float4 g = *reinterpret_cast<const float4*>(gate + i), u = *reinterpret_cast<const float4*>(up + i);
     return make_float4(act_mul(g.x, u.x), act_mul(g.y, u.y), act_mul(g.z, u.z), act_mul(g.w, u.w));
   }
-  ActMulX rows_from(int64_t i) const { return {gate + i, up + i}; }
+  __host__ __device__ ActMulX rows_from(int64_t i) const { return {gate + i, up + i}; }
 };
 
 // The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
@@ -431,6 +431,25 @@ __global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float
   }
 }
 
+// Every full group of kGemvMaxRows rows in one launch (more than 8 rows: deterministic mode and
+// kExact prefill). grid: (groups, ceil(N / (kGemvWarps * kGemv1Cols))), the groups fastest, so
+// the blocks of all groups for one tile of weight rows are resident together and the tile is read
+// from DRAM about once, then from L2 — a launch a group read the whole matrix once per group.
+// Block (g, b) runs gemv_rows_block for rows [8g, 8g + 8) and column block b: the code a launch of
+// that group runs, so every row's bits are the same.
+template <typename W, typename XS>
+__global__ void gemv_groups_kernel(float* __restrict__ out,  // [groups * 8, N]
+                                   const XS x,               // [groups * 8, K]
+                                   const W* __restrict__ w,  // [N, K]
+                                   int64_t K, int64_t N) {
+  if (blockIdx.x == 0)
+    prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.y) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols, N);
+  pdl_begin();
+  __shared__ __align__(16) float xs[kGemvMaxRows * kGemvTileK];
+  const int64_t r0 = int64_t(blockIdx.x) * kGemvMaxRows;
+  gemv_rows_block<W, kGemvMaxRows, XS>(out + r0 * N, x.rows_from(r0 * K), w, K, N, blockIdx.y, xs);
+}
+
 template <typename W, int R, typename XS>
 void launch_gemv_rows(cudaStream_t stream, float* out, const XS x, const W* w, int64_t K, int64_t N) {
   launch(gemv_rows_kernel<W, R, XS>, unsigned(ceil_div(N, kGemvWarps * kGemv1Cols)), kGemvWarps * 32, 0, stream, out, x,
@@ -439,10 +458,21 @@ void launch_gemv_rows(cudaStream_t stream, float* out, const XS x, const W* w, i
 }
 
 // The vectorized GEMV over T rows (K % 8 == 0, 16-byte aligned rows): groups of 8 rows (then the
-// remainder), each group one pass over the weights.
+// remainder), each group one pass over the weights; two or more full groups share a launch
+// (gemv_groups_kernel), which reads the weights from DRAM about once for all of them.
 template <typename W, typename XS>
 void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, int64_t T, int64_t K, int64_t N) {
-  for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+  int64_t r0 = 0;
+  if (const int64_t groups = T / kGemvMaxRows; groups > 1) {  // the full groups in one launch
+    const int64_t col_blocks = ceil_div(N, kGemvWarps * kGemv1Cols);
+    KCHECK_MSG(groups <= INT32_MAX && col_blocks <= 65535, "matmul: ", T, " rows of ", N,
+               " columns is too many for the GEMV path");
+    launch(gemv_groups_kernel<W, XS>, dim3(unsigned(groups), unsigned(col_blocks)), kGemvWarps * 32, 0, stream, out,
+           x, w, K, N);
+    CUDA_CHECK_LAUNCH();
+    r0 = groups * kGemvMaxRows;
+  }
+  for (; r0 < T; r0 += kGemvMaxRows) {
     const int rows = int(std::min<int64_t>(kGemvMaxRows, T - r0));
     float* o = out + r0 * N;
     const XS xr = x.rows_from(r0 * K);

@@ -8,6 +8,8 @@
 //  - ngram_embed_kernel: a warp per (row, head): every lane forms the head's row (the same
 //    value), then the lanes copy it from its shard (a table of shard pointers; every shard but
 //    the last the same rows), widened to F32 — ggml's dequantized values for a block format.
+#include <type_traits>
+
 #include "backend/cuda/quant_blocks.cuh"
 #include "ops/ngram.h"
 
@@ -39,55 +41,36 @@ __global__ void token_windows_kernel(int32_t* __restrict__ windows,  // [T, n]
   if (int(threadIdx.x) < ctx) c[threadIdx.x] = at(s.n_tokens + threadIdx.x);
 }
 
-// The warp's pair p = t * heads + h (false past the last) and its table row (-1 outside the table).
-__device__ __forceinline__ bool warp_pair(const int32_t* __restrict__ windows, const int64_t* __restrict__ hash,
-                                          int n, int heads, int64_t pairs, int64_t rows, int64_t& p, int64_t& row) {
-  p = int64_t(blockIdx.x) * kEmbedWarps + (threadIdx.x >> 5);
-  if (p >= pairs) return false;
-  int32_t w[ngram::kMaxN];
-  const int32_t* src = windows + (p / heads) * n;
-  for (int k = 0; k < n; ++k) w[k] = src[k];
-  row = ngram::head_row(w, ngram::PackedHash{hash, n, heads}, int(p % heads));
-  if (row < 0 || row >= rows) row = -1;
-  return true;
-}
-
-// grid: ceil(T * heads / kEmbedWarps) blocks of kEmbedWarps warps. W: a plain table dtype.
+// grid: ceil(T * heads / kEmbedWarps) blocks of kEmbedWarps warps, warp p taking pair p = t * heads
+// + h. W: the table's plain dtype, or void for a block format (dt, row_bytes; each lane 8
+// elements at a time, D whole blocks).
 template <typename W>
 __global__ void ngram_embed_kernel(float* __restrict__ out,  // [T * heads, D]
-                                   const void* const* __restrict__ shards, int64_t shard_rows,
-                                   const int32_t* __restrict__ windows, const int64_t* __restrict__ hash, int n,
-                                   int heads, int64_t pairs, int64_t rows, int64_t D) {
+                                   const void* const* __restrict__ shards, int64_t shard_rows, DType dt,
+                                   size_t row_bytes, const int32_t* __restrict__ windows,
+                                   const int64_t* __restrict__ hash, int n, int heads, int64_t pairs, int64_t rows,
+                                   int64_t D) {
   pdl_begin();
-  int64_t p, row;
-  if (!warp_pair(windows, hash, n, heads, pairs, rows, p, row)) return;
+  const int64_t p = int64_t(blockIdx.x) * kEmbedWarps + (threadIdx.x >> 5);
+  if (p >= pairs) return;
   const int lane = threadIdx.x & 31;
-  float* o = out + p * D;
-  if (row < 0) {  // the loader checked the hash's tables against the table; never read outside it
-    for (int64_t c = lane; c < D; c += 32) o[c] = 0.0f;
-    return;
-  }
-  const W* src = static_cast<const W*>(shards[row / shard_rows]) + (row % shard_rows) * D;
-  for (int64_t c = lane; c < D; c += 32) o[c] = to_f32(src[c]);
-}
-
-// As ngram_embed_kernel for a block-format table: each lane 8 elements at a time (D whole blocks).
-__global__ void ngram_embed_quant_kernel(float* __restrict__ out, const void* const* __restrict__ shards,
-                                         int64_t shard_rows, DType dt, size_t row_bytes,
-                                         const int32_t* __restrict__ windows, const int64_t* __restrict__ hash, int n,
-                                         int heads, int64_t pairs, int64_t rows, int64_t D) {
-  pdl_begin();
-  int64_t p, row;
-  if (!warp_pair(windows, hash, n, heads, pairs, rows, p, row)) return;
-  const int lane = threadIdx.x & 31;
-  float* o = out + p * D;
+  int32_t w[ngram::kMaxN];
+  for (int k = 0; k < n; ++k) w[k] = windows[(p / heads) * n + k];
+  const int64_t row = ngram::head_row(w, ngram::PackedHash{hash, n, heads}, int(p % heads));
+  // the loader checked the hash's tables against the table; never read outside it regardless
+  const bool inside = row >= 0 && row < rows;
   const uint8_t* src =
-      row < 0 ? nullptr : static_cast<const uint8_t*>(shards[row / shard_rows]) + size_t(row % shard_rows) * row_bytes;
-  for (int64_t k = int64_t(lane) * 8; k < D; k += 256) {
-    float f[8] = {};
-    if (src) load8_block(dt, src, k, f);
+      inside ? static_cast<const uint8_t*>(shards[row / shard_rows]) + size_t(row % shard_rows) * row_bytes : nullptr;
+  float* o = out + p * D;
+  if constexpr (std::is_void_v<W>) {
+    for (int64_t k = int64_t(lane) * 8; k < D; k += 256) {
+      float f[8] = {};
+      if (src) load8_block(dt, src, k, f);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[k + i] = f[i];
+      for (int i = 0; i < 8; ++i) o[k + i] = f[i];
+    }
+  } else {
+    for (int64_t c = lane; c < D; c += 32) o[c] = src ? to_f32(reinterpret_cast<const W*>(src)[c]) : 0.0f;
   }
 }
 
@@ -117,21 +100,21 @@ void ngram_embed(const Context& ctx, const Tensor& out, const std::vector<Tensor
   std::vector<const void*> ptrs;
   for (const Tensor& s : shards) ptrs.push_back(s.data);
   const void* const* table = ctx.tables->get(ptrs, ctx.stream);
-  const unsigned grid = unsigned(ceil_div(pairs, kEmbedWarps));
-  KCHECK_MSG(ceil_div(pairs, kEmbedWarps) <= 0x7fffffff, "ngram_embed: ", pairs, " rows is too many");
+  const int64_t blocks = (pairs + kEmbedWarps - 1) / kEmbedWarps;  // ceil_div's int would wrap first
+  KCHECK_MSG(blocks <= 0x7fffffff, "ngram_embed: ", pairs, " rows is too many");
+  const unsigned grid = unsigned(blocks);
   const DType dt = shards[0].dtype;
-  if (dtype_is_quantized(dt)) {
-    KCHECK_MSG(D % 8 == 0, "ngram_embed: a ", dtype_name(dt), " table of ", D, " columns");
-    launch(ngram_embed_quant_kernel, grid, kEmbedWarps * 32, 0, ctx.stream, out.f32(), table, shards[0].rows, dt,
+  auto run = [&]<typename W>() {
+    launch(ngram_embed_kernel<W>, grid, kEmbedWarps * 32, 0, ctx.stream, out.f32(), table, shards[0].rows, dt,
            shards[0].row_bytes(), windows.as<const int32_t>(), hash.as<const int64_t>(), n, heads, pairs, rows, D);
     CUDA_CHECK_LAUNCH();
-    return;
+  };
+  if (dtype_is_quantized(dt)) {
+    KCHECK_MSG(D % 8 == 0, "ngram_embed: a ", dtype_name(dt), " table of ", D, " columns");
+    run.template operator()<void>();
+  } else {
+    dispatch_weight(dt, "ngram_embed", run);
   }
-  dispatch_weight(dt, "ngram_embed", [&]<typename W>() {
-    launch(ngram_embed_kernel<W>, grid, kEmbedWarps * 32, 0, ctx.stream, out.f32(), table, shards[0].rows,
-           windows.as<const int32_t>(), hash.as<const int64_t>(), n, heads, pairs, rows, D);
-    CUDA_CHECK_LAUNCH();
-  });
 }
 
 }  // namespace kestrel::cuda

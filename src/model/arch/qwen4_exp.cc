@@ -187,9 +187,8 @@ void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer&
       rows += per;
     }
   }
-  KCHECK(rows == w.hash.padded_rows);
-  for (size_t h = 0; h < w.hash.head_sizes.size(); ++h)
-    KCHECK(w.hash.head_offsets[h] + w.hash.head_sizes[h] <= rows && rows < (int64_t(1) << 31));
+  KCHECK(rows == w.hash.padded_rows && rows < (int64_t(1) << 31));  // ids are I32
+  for (size_t h = 0; h < w.hash.head_sizes.size(); ++h) KCHECK(w.hash.head_offsets[h] + w.hash.head_sizes[h] <= rows);
   const std::vector<int64_t> packed = w.hash.packed();
   const Tensor host{.dtype = DType::kI64,
                     .device = Device::kCpu,

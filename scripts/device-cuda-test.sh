@@ -55,7 +55,7 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   kernels+=':GpuTest.NormRopeAttention*:GpuTest.QkNormRope*:DeltaRuleTest.RecurrenceFusedEqualsParts'
   kernels+=':DeltaRuleTest.TiledValueHeads:QuantGpuTest.MatmulQ4KGeometries:QuantGpuTest.MatmulQ6KGeometries'
   kernels+=':QuantGpuTest.MatmulCopyEngineManyBlocks:QuantGpuTest.NgramEmbedBlockFormats:GpuTest.TokenWindows*'
-  kernels+=':GpuTest.NgramEmbed*:SampleCandidatesTest.*'
+  kernels+=':GpuTest.NgramEmbed*:SampleCandidatesTest.*:GpuTest.MatmulGatedAndRoute*:Deterministic.*'
   # SANITIZE_TESTS replaces the list (a gtest filter); SANITIZE_TIMEOUT the time box of each tool.
   kernels="${SANITIZE_TESTS:-$kernels}"
   for tool in memcheck racecheck; do

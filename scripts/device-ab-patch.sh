@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, after scripts/device-cuda-test.sh has built build/ (its Debian libraries
-# unpacked under /tmp/deps): measures a patch A/B in one call. Runs scripts/device-bench.sh on the
-# tree as it is (A, into OUT_DIR/a), applies PATCH (git apply; a docs/experiments patch), rebuilds,
-# runs the GPU tests FILTER on the patched tree (gtest filter; "none" for none), runs
-# device-bench.sh again (B, into OUT_DIR/b), and reverts the patch. DEVICE=cpu runs the flow on the
+# unpacked under /tmp/deps): measures a patch A/B in one call. Builds the tree as it is and runs
+# scripts/device-bench.sh on it (A, into OUT_DIR/a), applies PATCH (git apply; a docs/experiments
+# patch), rebuilds, runs the GPU tests FILTER on the patched tree (gtest filter; "none" for none),
+# runs device-bench.sh again (B, into OUT_DIR/b), and reverts the patch (build/ keeps B's binary). DEVICE=cpu runs the flow on the
 # CPU backend (to try the script itself on a small preset). QUANT=q4_k_m (or any --quant) benches
 # the preset's GGUF at that quant instead (scripts/device-bench-gguf.sh, converted once, by A).
 #   usage: scripts/device-ab-patch.sh OUT_DIR PATCH FILTER PRESET NAME [bench options...]
@@ -25,6 +25,9 @@ bench() {
   if [ -n "${QUANT:-}" ]; then "$here/device-bench-gguf.sh" "$1" "$preset" "$name" "$QUANT" "${@:2}"
   else "$here/device-bench.sh" "$1" "$preset" "$name" "${@:2}"; fi
 }
+# A is the tree as it is: build it first, since a warm machine's build/ may still hold the binary
+# of a patch an earlier call applied and reverted (reverting the sources does not rebuild).
+cmake --build build -j"$(nproc)" >"$out/build-a.log" 2>&1 || { grep -m3 -A12 error "$out/build-a.log"; exit 1; }
 bench "$out/a" "$@" || exit 1
 git apply "$patch" || exit 1
 trap 'git apply -R "$patch"' EXIT

@@ -1,5 +1,5 @@
 // The bandwidth-bound block GEMV for Q8_0, and for Q6_K matrices whose rows are not a multiple of
-// 8 super-blocks (matmul.cu's gemv_multi_quant_kernel; Q4_K and the other Q6_K have their own on
+// 8 super-blocks (matmul_quant.cu's gemv_multi_quant_kernel; Q4_K and the other Q6_K have their own on
 // the copy engine, quant_gemv_q4k.cuh and quant_gemv_q6k.cuh, and this file's unit GEMV is where
 // they came from).
 //
@@ -9,7 +9,7 @@
 // numbers (2^23 + q, then one subtraction gives q exactly), sums x * q over each run in F32 (an
 // FMA chain), and applies the run's scale once. 32 lanes cover 1024 consecutive
 // elements (4 super-blocks / 32 Q8_0 blocks) per step, so a warp's loads coalesce, and one step
-// is exactly matmul.cu's 1024-column activation tile; with one row, each lane loads its next
+// is exactly gemv.cuh's 1024-column activation tile; with one row, each lane loads its next
 // unit's weights while it computes the current one.
 //
 // Every row's sum runs in the same order whatever the number of rows R, so a row is bit-identical

@@ -1,4 +1,4 @@
-// The Q4_K GEMV (matmul.cu's gemv_multi_quant_kernel, any R of 1..8 rows) on the tensor cores.
+// The Q4_K GEMV (matmul_quant.cu's gemv_multi_quant_kernel, any R of 1..8 rows) on the tensor cores.
 // Decode at 4.5 bits a weight needs ~3.3 TB/s of Q4_K for issue 7's goal.
 //  - The weights: the copy engine (TMA) moves them into a ring of shared-memory slots per warp,
 //    completion counted on an mbarrier, so a warp's loads stay in flight while it computes; for
@@ -159,7 +159,7 @@ __device__ __forceinline__ void mma_slot(const uint8_t* __restrict__ slot, const
 
 // The work of one block (q4k_gemv::kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w
 // [N, K] in Q4_K, columns [block * block_columns(K), ..). map (read for R = 1): w as 32-bit
-// words [N, row_bytes / 4], boxes of 36 words by 32 rows (block_tensor_map in matmul.cu); rows
+// words [N, row_bytes / 4], boxes of 36 words by 32 rows (block_tensor_map in matmul_quant.cu); rows
 // past N read as zeros, and their outputs are dropped. Calls pdl_begin() itself: the weights'
 // first copies are issued before it, while the kernel before this one still runs. smem:
 // q4k_gemv::smem_bytes(R) bytes of dynamic shared memory (any 16-byte alignment). K % 256 == 0;

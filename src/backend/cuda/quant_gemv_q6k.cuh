@@ -1,4 +1,4 @@
-// The Q6_K GEMV on the copy engine (matmul.cu's gemv_multi_quant_kernel, any R of 1..8 rows, for
+// The Q6_K GEMV on the copy engine (matmul_quant.cu's gemv_multi_quant_kernel, any R of 1..8 rows, for
 // matrices whose rows are a multiple of 8 super-blocks: q6k_gemv::supported). The Q4_K GEMV's
 // structure (quant_gemv_q4k.cuh): TMA copies into a two-slot ring per warp counted on
 // mbarriers, the first ones before griddepcontrol.wait, activations staged and scaled by 2^64
@@ -119,7 +119,7 @@ __device__ __forceinline__ void half_block(const uint8_t* __restrict__ cb, int d
 
 // The work of one block (q6k_gemv::kWarps warps) for R rows: out [R, N] = x [R, K] . w^T, w
 // [N, K] in Q6_K, columns [block * block_columns(K), ..). map: w as 16-bit words [N, 105 S],
-// boxes of 120 words by 16 rows (block_tensor_map in matmul.cu); rows past N read as zeros, and
+// boxes of 120 words by 16 rows (block_tensor_map in matmul_quant.cu); rows past N read as zeros, and
 // their outputs are dropped. Calls pdl_begin() itself: the weights' first copies are issued
 // before it. smem: q6k_gemv::smem_bytes(R) bytes of dynamic shared memory (any 16-byte
 // alignment). q6k_gemv::supported(K); x 16-byte aligned.

@@ -1,0 +1,231 @@
+// The GEMV building blocks matmul.cu's kernels and matmul_quant.cu's block-format kernel share:
+// the pass geometry (rows per pass, warps and columns per block), the L2 prefetch before
+// pdl_begin, where activations come from (PlainX, ActMulX), the block code of the one-row and
+// R-row GEMVs (gemv1_block, gemv_rows_block), matmul_multi's targets, and the host functions
+// each file offers the other. Every caller runs the same block code, which is what keeps a row's
+// bits the same alone, batched, or in a multi-matrix launch.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "backend/cuda/context.h"
+#include "backend/cuda/quant_blocks.cuh"
+
+namespace kestrel::cuda {
+
+constexpr int kGemvMaxRows = 8;  // rows per GEMV pass, and the largest T that takes the GEMV path
+constexpr int kGemvWarps = 8;    // output columns per block
+
+// Calls fn.template operator()<R>() with R = rows, the row count of one GEMV pass (1 ..
+// kGemvMaxRows; more take kGemvMaxRows), so each kernel is launched in its instantiation for R.
+template <typename Fn>
+void with_rows(int64_t rows, Fn&& fn) {
+  static_assert(kGemvMaxRows == 8);
+  with_1_to_8(rows, std::forward<Fn>(fn));
+}
+
+// Decode of one row, the bandwidth-bound case: each warp computes kGemv1Cols consecutive
+// columns, so one load of x serves them all and each lane keeps 4 weight loads in flight.
+// grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
+constexpr int kGemv1Cols = 4;
+// Before pdl_begin() (device_util.cuh), while the kernel before it still runs: an L2 prefetch of
+// the start of each weight row the block will read (columns [n_first, n_first + n_cols) of a
+// matrix of N rows of row_bytes), at most kPrefetchRowMax bytes a row and, over the matrix,
+// about kPrefetchTotal bytes, so a wide matrix's prefetch does not evict what the running kernel
+// uses from the 50 MB L2. It hides the first loads' DRAM latency, which is most of a small
+// GEMV's time (docs/cuda.md, "Launches"); the arithmetic is untouched.
+constexpr int64_t kPrefetchRowMax = 4096;
+constexpr int64_t kPrefetchTotal = int64_t(16) << 20;
+__device__ __forceinline__ void prefetch_rows(const void* w, int64_t row_bytes, int64_t n_first, int64_t n_cols,
+                                              int64_t N, int64_t row_max = kPrefetchRowMax) {
+  if (n_first >= N) return;
+  if (n_cols > N - n_first) n_cols = N - n_first;
+  int64_t per_row = kPrefetchTotal / N;
+  if (per_row < 128) per_row = 128;
+  if (per_row > row_max) per_row = row_max;
+  if (per_row > row_bytes) per_row = row_bytes;
+  const int64_t lines = (per_row + 127) / 128;
+  const char* base = static_cast<const char*>(w) + n_first * row_bytes;
+  for (int64_t i = threadIdx.x; i < n_cols * lines; i += blockDim.x)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (i / lines) * row_bytes + (i % lines) * 128));
+}
+
+// Where the GEMV's activations come from, 4 at a time from element i of the row-major [T, K]
+// input: PlainX reads x; ActMulX forms act(gate) * up as it loads them, the expression
+// silu_mul_kernel / gelu_tanh_mul_kernel store, so a gated MLP's down projection gets the same
+// bits without that launch and its round trip through memory (matmul_gated).
+struct PlainX {
+  const float* x;
+  __device__ __forceinline__ float4 load4(int64_t i) const { return *reinterpret_cast<const float4*>(x + i); }
+  __host__ __device__ PlainX rows_from(int64_t i) const { return {x + i}; }
+};
+template <Activation A>
+struct ActMulX {
+  const float* gate;
+  const float* up;
+  __device__ __forceinline__ static float act_mul(float g, float u) {
+    if constexpr (A == Activation::kGeluTanh) return gelu_tanhf(g) * u;
+    else return siluf(g) * u;
+  }
+  __device__ __forceinline__ float4 load4(int64_t i) const {
+    const float4 g = *reinterpret_cast<const float4*>(gate + i), u = *reinterpret_cast<const float4*>(up + i);
+    return make_float4(act_mul(g.x, u.x), act_mul(g.y, u.y), act_mul(g.z, u.z), act_mul(g.w, u.w));
+  }
+  __host__ __device__ ActMulX rows_from(int64_t i) const { return {gate + i, up + i}; }
+};
+
+// The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
+// exactly the same code for each of its matrices). U: steps of the k loop a lane has in flight
+// (U > 2: U * C weight loads issued before the sums that use them), C the columns a warp takes
+// (kGemv1Cols, or fewer); the sums are the same for any U and C (each column's in k order).
+template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols>
+__device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x, const void* __restrict__ w, int64_t K,
+                                            int64_t N, int64_t block) {
+  using Rows = WeightRows<W>;
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * C;
+  if (n0 >= N) return;
+  typename Rows::Row wr[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
+  float acc[C] = {};
+  if constexpr (U > 2) {  // U steps' loads issued before their sums: the same sums in the same order
+    for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += 256 * U) {
+      float4 a[U], b[U];
+      float wf[U][C][8];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k = k0 + 256 * u;
+        if (k >= K) break;
+        a[u] = x.load4(k);
+        b[u] = x.load4(k + 4);
+#pragma unroll
+        for (int c = 0; c < C; ++c) Rows::load8(wr[c], k, wf[u][c]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (k0 + 256 * u >= K) break;
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] += dot8(a[u], b[u], wf[u][c]);
+      }
+    }
+  } else {
+#pragma unroll U
+    for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
+      const float4 a = x.load4(k);
+      const float4 b = x.load4(k + 4);
+      float wf[C][8];
+#pragma unroll
+      for (int c = 0; c < C; ++c) Rows::load8(wr[c], k, wf[c]);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        acc[c] += dot8(a, b, wf[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const float sum = warp_sum(acc[c]);
+    if (lane == 0 && n0 + c < N) out[n0 + c] = sum;
+  }
+}
+
+// A matrix of few columns (a grid of at most one block a multiprocessor: the 35B-A3B's 2048 x
+// 4096 output projections are 64 blocks) keeps too few bytes in flight at U = 2 to stream at
+// the DRAM's rate (N x U x 512 bytes: 2 MB there); those take U = kGemv1DeepUnroll steps of
+// kGemv1DeepCols columns a warp (twice the blocks, registers for two a multiprocessor) and
+// prefetch up to kPrefetchSmallRowMax bytes a row (the whole 16 MB of such a matrix) while the
+// kernel before them runs.
+constexpr int kGemv1DeepUnroll = 4, kGemv1DeepCols = 2;
+constexpr int64_t kPrefetchSmallRowMax = 8192;
+// Whether a one-row GEMV launch of `blocks` blocks (at kGemv1Cols columns a warp) is such a grid.
+inline bool small_gemv_grid(int64_t blocks) { return blocks <= sm_count(); }
+
+// R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
+// memory a tile of kGemvTileK columns at a time, and each warp computes kGemv1Cols columns for all
+// R rows from one read of their weights. Each lane visits k in the same order as gemv1_kernel and
+// sums the same expression, so a row's result is bit-identical to computing it alone.
+// grid: ceil(N / (kGemvWarps * kGemv1Cols)); needs K % 8 == 0 and 16-byte aligned rows.
+constexpr int kGemvTileK = 1024;
+template <typename W, int R, typename XS = PlainX>
+__device__ __forceinline__ void gemv_rows_block(float* __restrict__ out, const XS x, const void* __restrict__ w,
+                                                int64_t K, int64_t N, int64_t block,
+                                                float* __restrict__ xs) {  // shared [R * kGemvTileK]
+  using Rows = WeightRows<W>;
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * kGemv1Cols;
+  typename Rows::Row wr[kGemv1Cols];
+#pragma unroll
+  for (int c = 0; c < kGemv1Cols; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
+  float acc[R][kGemv1Cols];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < kGemv1Cols; ++c) acc[r][c] = 0.0f;
+  for (int64_t kt = 0; kt < K; kt += kGemvTileK) {
+    const int len = int(K - kt < kGemvTileK ? K - kt : kGemvTileK);  // a multiple of 8
+    __syncthreads();  // the previous tile is no longer read
+    for (int i = threadIdx.x * 4; i < R * len; i += blockDim.x * 4) {
+      const int r = i / len, k = i - r * len;  // len % 4 == 0: a float4 never crosses rows
+      *reinterpret_cast<float4*>(xs + r * kGemvTileK + k) = x.load4(r * K + kt + k);
+    }
+    __syncthreads();
+    if (n0 >= N) continue;
+#pragma unroll 2
+    for (int k = lane * 8; k < len; k += 256) {
+      float wf[kGemv1Cols][8];
+#pragma unroll
+      for (int c = 0; c < kGemv1Cols; ++c) Rows::load8(wr[c], kt + k, wf[c]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 a = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k);
+        const float4 b = *reinterpret_cast<const float4*>(xs + r * kGemvTileK + k + 4);
+#pragma unroll
+        for (int c = 0; c < kGemv1Cols; ++c)
+          acc[r][c] += dot8(a, b, wf[c]);
+      }
+    }
+  }
+  if (n0 >= N) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int c = 0; c < kGemv1Cols; ++c) {
+      const float sum = warp_sum(acc[r][c]);
+      if (lane == 0 && n0 + c < N) out[int64_t(r) * N + n0 + c] = sum;
+    }
+  }
+}
+
+// matmul_multi: up to kMultiMax matrices against the same rows in one launch. Blocks
+// [block_end[m - 1], block_end[m]) are matrix m's blocks of gemv1_kernel / gemv_rows_kernel, run
+// through the same device functions, so every output is bit-identical to its own matmul.
+constexpr int kMultiMax = 4;
+struct MultiTargets {
+  const void* w[kMultiMax];
+  float* out[kMultiMax];
+  int64_t n[kMultiMax];
+  int64_t block_end[kMultiMax];
+  int64_t block_cols[kMultiMax];  // output columns (weight rows) one block takes
+  int64_t row_bytes[kMultiMax];   // bytes of one weight row (the prefetch before pdl_begin)
+  DType dtype[kMultiMax];  // block formats: each matrix its own (gemv_multi_quant_kernel)
+  int count;
+};
+
+// matmul.cu: terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms [n_terms, n],
+// the activations' BF16 split for the cuBLAS paths (split_bf16_kernel).
+void launch_split_bf16(cudaStream_t stream, __nv_bfloat16* terms, const float* x, int64_t n, int n_terms);
+
+// matmul_quant.cu: the block-format GEMV over mt's matrices (each its own format) in `blocks`
+// blocks, T <= kGemvMaxRows rows of x [T, K]; the output columns one of its blocks takes for a
+// matrix of format dt (matmul_multi lays out its targets with it); and matmul of a block-format
+// weight, any T (the GEMV in groups of 8 rows, or for prefill the weight dequantized to BF16 in
+// tiles and cuBLAS; gemv_only: the GEMV at any T, as the exact and deterministic modes ask).
+void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                       int64_t K);
+int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K);
+void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only);
+
+}  // namespace kestrel::cuda

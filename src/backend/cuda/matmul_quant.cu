@@ -1,0 +1,270 @@
+// The block-format matmul: out[T, N] = x[T, K] . w[N, K]^T with w in a ggml block format (Q8_0,
+// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4), activations and out F32.
+//
+// One GEMV kernel serves every format (gemv_multi_quant_kernel): Q4_K and Q6_K their own
+// (quant_gemv_q4k.cuh, quant_gemv_q6k.cuh: weights streamed by the copy engine; Q6_K when its
+// rows are a multiple of 8 super-blocks), Q8_0 and other Q6_K the unit GEMV of quant_gemv.cuh,
+// the others the plain GEMV's block code (gemv.cuh) with each 8 weights decoded in registers to
+// ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
+// launch (matmul_multi). Prefill dequantizes the weight to BF16 in tiles of at most 64 MiB a term
+// (two terms, hi and lo, at the default 3-term precision) and runs cuBLAS on them (matmul_quant).
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver's encoder, fetched through the runtime
+
+#include <mutex>
+#include <utility>
+
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/quant_gemv_q4k.cuh"
+#include "backend/cuda/quant_gemv_q6k.cuh"
+
+namespace kestrel::cuda {
+namespace {
+
+// The block-format GEMV: as gemv_multi_kernel, each matrix decoded by its own format (a branch
+// uniform over the block), so a Q4_K_M layer's Q4_K and Q6_K projections share one launch, and
+// matmul of one block-format matrix is this kernel with one target. Q4_K and Q6_K take the
+// copy-engine GEMVs (Q6_K where q6k_gemv::supported(K)); Q8_0 and other Q6_K the unit GEMV of
+// quant_gemv.cuh (a lane per 32 elements, scales folded out of the inner sums); Q5_0, Q5_1,
+// Q5_K and MXFP4 the GEMV code above with each 8 weights decoded by load8.
+template <typename Q, int R>
+__device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, const float* __restrict__ x, int64_t K,
+                                                 int64_t block, float* __restrict__ xs) {
+  if constexpr (R == 1) gemv1_block<Q>(t.out[m], PlainX{x}, t.w[m], K, t.n[m], block);
+  else gemv_rows_block<Q, R>(t.out[m], PlainX{x}, t.w[m], K, t.n[m], block, xs);
+}
+
+// Output columns per warp of the block GEMV over R rows (Q4_K: 32, Q6_K on the copy engine: 16,
+// each warp 1/P of their super-blocks, block_gemv_geometry.h, whatever R): the unit GEMV (Q8_0,
+// other Q6_K) takes 2 for one row
+// (twice the warps of 4: more loads in flight, a smaller last wave; measured 9B Q4_K_M decode
+// 173 -> 190 t/s) and 4 for R > 1 (each row's activations read once for 4 columns: 2 measured
+// 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
+template <int R>
+constexpr int kUnitCols = R == 1 ? 2 : 4;
+inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
+}  // namespace
+// Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
+int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
+  if (dt == DType::kQ4_K) return q4k_gemv::block_columns(K);
+  if (dt == DType::kQ6_K && q6k_gemv::supported(K)) return q6k_gemv::block_columns(K);
+  return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
+}
+namespace {
+// Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings and scale
+// tables when a matrix is Q4_K (99 KiB for one row, 224 KiB for 8), the Q6_K GEMV's (80 KiB,
+// 202 KiB), else R rows of the activation tile. The kernels are opted in to the largest once.
+static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
+              "the copy-engine GEMVs' blocks are the GEMV's");
+constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
+inline size_t gemv_quant_smem(int R, bool q4k, bool q6k) {
+  size_t bytes = R > 1 ? size_t(R) * kGemvTileK * sizeof(float) : 16;
+  if (q4k) bytes = std::max(bytes, q4k_gemv::smem_bytes(R));
+  if (q6k) bytes = std::max(bytes, q6k_gemv::smem_bytes(R));
+  return bytes;
+}
+
+// The tensor maps of a launch's matrices that the copy-engine GEMVs read as tensors (Q4_K for
+// one row, Q6_K for any), indexed like MultiTargets.
+struct TmaMaps {
+  CUtensorMap map[kMultiMax];
+};
+
+// kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
+// kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM,
+// as many as the Q4_K GEMV's 99 KiB allow; it takes 121 without spilling, the Q6_K GEMV's
+// 80 KiB likewise. An older Q4_K kernel, capped at 80 for 3 blocks, spilled and measured
+// slower); R > 1 is not capped
+// (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
+// up to 255, no spills).
+// The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
+template <int R, bool kUnitsOnly>
+__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
+    gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
+                            int64_t K) {
+  int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
+  while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
+  const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
+  // gemv_quant_smem(R, ..) bytes: the copy-engine GEMVs' rings, or the other formats' activation tile
+  extern __shared__ __align__(16) uint8_t gemv_smem[];
+  float* const xs = reinterpret_cast<float*>(gemv_smem);
+  const DType dt = t.dtype[m];
+  if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
+    gemv_q4k_block<R>(t.out[m], x, t.w[m], &maps.map[m], K, t.n[m], block, gemv_smem);
+    return;
+  }
+  if (dt == DType::kQ6_K && q6k_gemv::supported(K)) {  // likewise
+    gemv_q6k_block<R>(t.out[m], x, &maps.map[m], K, t.n[m], block, gemv_smem);
+    return;
+  }
+  prefetch_rows(t.w[m], t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m]);
+  pdl_begin();
+  if (dt == DType::kQ6_K) gemv_units_block<UQ6_K, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if (kUnitsOnly || dt == DType::kQ8_0) gemv_units_block<UQ8_0, R, kGemvWarps, kUnitCols<R>>(t.out[m], x, t.w[m], K, t.n[m], block, xs);
+  else if constexpr (!kUnitsOnly) {
+    switch (dt) {
+      case DType::kQ5_0: gemv_quant_block<QQ5_0, R>(t, m, x, K, block, xs); break;
+      case DType::kQ5_1: gemv_quant_block<QQ5_1, R>(t, m, x, K, block, xs); break;
+      case DType::kQ5_K: gemv_quant_block<QQ5_K, R>(t, m, x, K, block, xs); break;
+      default: gemv_quant_block<QMXFP4, R>(t, m, x, K, block, xs); break;
+    }
+  }
+}
+
+// Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K]: hi = ggml's
+// dequantized value rounded to BF16, lo (if asked for) = the rest rounded to BF16, so hi + lo is
+// within 2^-16 of the value. The prefill path's weight tile.
+__global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows, K]
+                                       __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
+                                       const uint8_t* __restrict__ w,   // [N, row_bytes]
+                                       DType dt, size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
+  pdl_begin();
+  const int64_t groups = rows * (K / 8);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / (K / 8), k = (i - r * (K / 8)) * 8;
+    float f[8];
+    load8_block(dt, w + size_t(row0 + r) * row_bytes, k, f);
+    __nv_bfloat162 h[4], l[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+      l[j] = __floats2bfloat162_rn(f[2 * j] - __low2float(h[j]), f[2 * j + 1] - __high2float(h[j]));
+    }
+    *reinterpret_cast<uint4*>(hi + r * K + k) = *reinterpret_cast<const uint4*>(h);
+    if (lo) *reinterpret_cast<uint4*>(lo + r * K + k) = *reinterpret_cast<const uint4*>(l);
+  }
+}
+
+// A Q4_K or Q6_K matrix [N, row_bytes] as the 2D tensor the copy-engine GEMV reads: Q4_K as
+// 32-bit words [N, row_bytes / 4], boxes of one super-block (36 words) by 32 rows; Q6_K as
+// 16-bit words [N, row_bytes / 2], boxes of 120 words (a super-block and 30 bytes) by 16 rows.
+// Rows past N, and words past a row's end, read as zeros. Encoding is host work only (no device
+// call), so it may happen while a graph is captured.
+CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_bytes) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    KCHECK_MSG(found == cudaDriverEntryPointSuccess && fn != nullptr,
+               "matmul: the CUDA driver has no cuTensorMapEncodeTiled, which the Q4_K GEMV needs (driver 12.0 or "
+               "later)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  const bool q4k = dt == DType::kQ4_K;
+  const int64_t word = q4k ? 4 : 2;
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(row_bytes / word), cuuint64_t(N)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
+  const cuuint32_t box[2] = {q4k ? cuuint32_t(q4k_gemv::kSuperBytes / 4) : cuuint32_t(q6k_gemv::kBoxBytes / 2),
+                             q4k ? 32u : cuuint32_t(q6k_gemv::kCols)};
+  const cuuint32_t steps[2] = {1, 1};
+  const CUresult r =
+      encode(&map, q4k ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(w), dims,
+             strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KCHECK_MSG(r == CUDA_SUCCESS, "matmul: cuTensorMapEncodeTiled failed (error ", int(r), ") for a ", dtype_name(dt),
+             " matrix of ", N, " rows of ", row_bytes, " bytes");
+  return map;
+}
+
+template <int R, bool kUnitsOnly>
+void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
+  static std::once_flag opted_in;
+  std::call_once(opted_in, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kUnitsOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kQuantGemvSmemMax)));
+  });
+  bool q4k = false, q6k = false;
+  TmaMaps maps{};
+  for (int m = 0; m < mt.count; ++m) {
+    if (mt.dtype[m] == DType::kQ4_K) {
+      q4k = true;
+      if (R == 1) maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
+    } else if (mt.dtype[m] == DType::kQ6_K && q6k_gemv::supported(K)) {
+      q6k = true;
+      maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
+    }
+  }
+  const size_t smem = gemv_quant_smem(R, q4k, q6k);
+  KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
+             " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
+  launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <bool kUnitsOnly>
+void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                            int64_t K) {
+  with_rows(T, [&]<int R>() { launch_gemv_quant_kernel<R, kUnitsOnly>(stream, mt, blocks, x, K); });
+}
+
+}  // namespace
+
+void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                       int64_t K) {
+  bool units = true;
+  for (int m = 0; m < mt.count; ++m) units = units && is_unit_format(mt.dtype[m]);
+  if (units) launch_gemv_quant_rows<true>(stream, mt, blocks, x, T, K);
+  else launch_gemv_quant_rows<false>(stream, mt, blocks, x, T, K);
+}
+
+// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows per
+// term (hi, and lo when the weight is split; memory_plan.cc reserves both).
+constexpr size_t kDequantTileBytes = size_t(64) << 20;
+
+// Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, deterministic
+// mode), or (prefill) the weight dequantized to BF16 a tile of rows at a time and cuBLAS as in
+// matmul.cu's launch_cublas_bf16 per-term path, each tile writing its column range of out.
+void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only) {
+  const int64_t T = x.rows, K = x.cols, N = w.rows;
+  KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
+             " weights need 16-byte aligned x and weight rows");
+  if (T <= kGemvMaxRows || gemv_only) {
+    MultiTargets mt{};
+    mt.count = 1;
+    mt.w[0] = w.data;
+    mt.n[0] = N;
+    mt.dtype[0] = w.dtype;
+    mt.row_bytes[0] = int64_t(w.row_bytes());
+    for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+      const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
+      mt.out[0] = out.f32() + r0 * N;
+      mt.block_cols[0] = gemv_quant_block_cols(w.dtype, rows, K);
+      mt.block_end[0] = ceil_div(N, mt.block_cols[0]);
+      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
+    }
+    return;
+  }
+  // A dequantized weight is not exact in BF16 (a block's scale times its quant takes up to ~22
+  // significant bits), so the F32-grade setting splits the weight as well as the activations:
+  // w = w_hi + w_lo, x = x_1 + x_2 + ..., and out = w_hi.x_1 + w_hi.x_2 + w_lo.x_1, the terms
+  // dropped (w_hi.x_3, w_lo.x_2, ...) each below 2^-16 of the product: three GEMMs, as for BF16
+  // weights. 2 terms: w_hi.x_1 + w_hi.x_2; 1 term: w_hi.x_1 (the weight rounded to BF16).
+  const int n_terms = ctx.matmul_precision == MatmulPrecision::kBf16     ? 1
+                      : ctx.matmul_precision == MatmulPrecision::kBf16x2 ? 2
+                                                                         : 3;
+  const int x_terms = std::min(n_terms, 2);
+  const bool split_w = n_terms == 3;
+  auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(x_terms)));
+  launch_split_bf16(ctx.stream, terms, x.f32(), T * K, x_terms);
+  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
+  const size_t tile_elems = size_t(tile_rows * K);
+  auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
+  __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t n0 = 0; n0 < N; n0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, N - n0);
+    launch(dequantize_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
+           ctx.stream, hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0, rows, K);
+    CUDA_CHECK_LAUNCH();
+    // (weight part, activation term) of each GEMM, in the order they accumulate
+    const std::pair<const __nv_bfloat16*, int> products[3] = {{hi, 0}, {hi, 1}, {lo, 0}};
+    for (int j = 0; j < n_terms; ++j) {
+      CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(T), int(K), &one,
+                                products[j].first, CUDA_R_16BF, int(K), terms + products[j].second * T * K,
+                                CUDA_R_16BF, int(K), j == 0 ? &zero : &one, out.f32() + n0, CUDA_R_32F, int(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+}
+
+}  // namespace kestrel::cuda

@@ -6,14 +6,16 @@
 # gpu__time_duration.sum,dram__bytes_read.sum --csv ...`, the default page). With --grid, kernels
 # are also split by grid size (one GEMV kernel serves matrices of every shape), and where the
 # CSV has dram__bytes_read.sum the bytes and GB/s of each row are printed too.
-#   usage: scripts/ncu-kernel-sum.py FILE STEPS [--grid]
+# STEPS may be "per:NAME": the number of launches of the kernels whose name contains NAME (a
+# kernel every step launches once, e.g. per:argmax_pick_kernel for a decode step's sampling).
+#   usage: scripts/ncu-kernel-sum.py FILE STEPS|per:NAME [--grid]
 import collections
 import csv
 import sys
 
 if len(sys.argv) < 3:
-    sys.exit("usage: scripts/ncu-kernel-sum.py FILE STEPS [--grid]")
-path, steps, by_grid = sys.argv[1], float(sys.argv[2]), "--grid" in sys.argv[3:]
+    sys.exit("usage: scripts/ncu-kernel-sum.py FILE STEPS|per:NAME [--grid]")
+path, steps_arg, by_grid = sys.argv[1], sys.argv[2], "--grid" in sys.argv[3:]
 rows = list(csv.reader(l for l in open(path, errors="replace") if l.startswith('"')))
 if not rows:
     sys.exit(f"{path}: no CSV rows (expected ncu --csv output)")
@@ -64,6 +66,14 @@ for k in kernels.values():
     cnt[key] += 1
     if "dram__bytes_read.sum" in k:
         byt[key] += k["dram__bytes_read.sum"] * scale["dram__bytes_read.sum"]
+if steps_arg.startswith("per:"):
+    steps = float(sum(1 for k in kernels.values() if steps_arg[4:] in k["name"]))
+    if steps == 0:
+        sys.exit(f"{path}: no launches of a kernel named like {steps_arg[4:]!r} to count steps by")
+else:
+    steps = number(steps_arg)
+    if steps is None or steps <= 0:
+        sys.exit(f"STEPS must be a positive number or per:NAME, not {steps_arg!r}")
 print(f"total {sum(tot.values())/steps:.1f} us/step over {steps:g} steps; kernels {sum(cnt.values())/steps:.1f}/step")
 for key, us in tot.most_common(40):
     extra = f" {byt[key]/steps/1e6:9.1f} MB/step {byt[key]/us/1e3:6.0f} GB/s" if key in byt and us > 0 else ""

@@ -221,7 +221,8 @@ __host__ __device__ __forceinline__ int64_t first_key(int64_t pos, int window) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+// In int64, so a launch's bound check (blocks <= 65535, <= INT32_MAX) sees the true count.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Calls fn.template operator()<W>() with W the device type of a weight dtype.
 template <typename Fn>

@@ -100,7 +100,7 @@ void ngram_embed(const Context& ctx, const Tensor& out, const std::vector<Tensor
   std::vector<const void*> ptrs;
   for (const Tensor& s : shards) ptrs.push_back(s.data);
   const void* const* table = ctx.tables->get(ptrs, ctx.stream);
-  const int64_t blocks = (pairs + kEmbedWarps - 1) / kEmbedWarps;  // ceil_div's int would wrap first
+  const int64_t blocks = ceil_div(pairs, kEmbedWarps);
   KCHECK_MSG(blocks <= 0x7fffffff, "ngram_embed: ", pairs, " rows is too many");
   const unsigned grid = unsigned(blocks);
   const DType dt = shards[0].dtype;

@@ -161,8 +161,7 @@ void launch_gemv_vec(cudaStream_t stream, float* out, const XS x, const W* w, in
     with_rows(rows, [&]<int R>() {
       if constexpr (R == 1) {
         const int64_t blocks = ceil_div(N, kGemvWarps * kGemv1Cols);
-        constexpr bool plain = !requires { W::kBlockBytes; };  // the block formats keep their unroll
-        if (plain && small_gemv_grid(blocks))
+        if (small_gemv_grid(blocks))
           launch(gemv1_kernel<W, XS, kGemv1DeepUnroll, kGemv1DeepCols>,
                  unsigned(ceil_div(N, kGemvWarps * kGemv1DeepCols)), kGemvWarps * 32, 0, stream, o, xr, w, K, N,
                  kPrefetchSmallRowMax);

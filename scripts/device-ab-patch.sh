@@ -3,9 +3,10 @@
 # unpacked under /tmp/deps): measures a patch A/B in one call. Builds the tree as it is and runs
 # scripts/device-bench.sh on it (A, into OUT_DIR/a), applies PATCH (git apply; a docs/experiments
 # patch), rebuilds, runs the GPU tests FILTER on the patched tree (gtest filter; "none" for none),
-# runs device-bench.sh again (B, into OUT_DIR/b), and reverts the patch (build/ keeps B's binary). DEVICE=cpu runs the flow on the
-# CPU backend (to try the script itself on a small preset). QUANT=q4_k_m (or any --quant) benches
-# the preset's GGUF at that quant instead (scripts/device-bench-gguf.sh, converted once, by A).
+# runs device-bench.sh again (B, into OUT_DIR/b), and reverts the patch (build/ keeps B's
+# binary). DEVICE=cpu runs the flow on the CPU backend (to try the script itself on a small
+# preset). QUANT=q4_k_m (or any --quant) benches the preset's GGUF at that quant instead
+# (scripts/device-bench-gguf.sh, converted once, by A).
 #   usage: scripts/device-ab-patch.sh OUT_DIR PATCH FILTER PRESET NAME [bench options...]
 #   e.g.   MODELS=/dev/shm scripts/device-ab-patch.sh out docs/experiments/qk-norm-rope-2026-12-04.patch \
 #            'GpuTest.QkNorm*:GpuTest.Rope*' Qwen3.5-35B-A3B q35b -p 0 -n 64 -b 1,8 -r 2

@@ -112,17 +112,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
 
 // Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K]: hi = ggml's
 // dequantized value rounded to BF16, lo (if asked for) = the rest rounded to BF16, so hi + lo is
-// within 2^-16 of the value. The prefill path's weight tile.
+// within 2^-16 of the value. The prefill path's weight tile. One instantiation a format and a
+// 2D grid: x over a row's groups of 8 elements, a thread a group (a warp's 32 groups are one
+// K-quant super-block or eight 32-element blocks, contiguous bytes), y over the rows (looping
+// past 65535). It ran as one grid-stride kernel for every format, whose 64-bit division of the
+// flat index per group and format switch cost more issue slots than the decoding.
+template <typename Q>
 __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows, K]
                                        __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
                                        const uint8_t* __restrict__ w,   // [N, row_bytes]
-                                       DType dt, size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
+                                       size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
   pdl_begin();
-  const int64_t groups = rows * (K / 8);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / (K / 8), k = (i - r * (K / 8)) * 8;
+  const int64_t k = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (k >= K) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     float f[8];
-    load8_block(dt, w + size_t(row0 + r) * row_bytes, k, f);
+    Q::load8(w + size_t(row0 + r) * row_bytes, k, f);
     __nv_bfloat162 h[4], l[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -132,6 +137,20 @@ __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows
     *reinterpret_cast<uint4*>(hi + r * K + k) = *reinterpret_cast<const uint4*>(h);
     if (lo) *reinterpret_cast<uint4*>(lo + r * K + k) = *reinterpret_cast<const uint4*>(l);
   }
+}
+
+// Launches dequantize_bf16_kernel for rows [row0, row0 + rows) of w: blocks of up to 256 threads
+// (a row's groups of 8, rounded up to whole warps, when the row is shorter).
+void launch_dequantize_bf16(cudaStream_t stream, __nv_bfloat16* hi, __nv_bfloat16* lo, const Tensor& w, int64_t row0,
+                            int64_t rows, int64_t K) {
+  const int64_t groups = K / 8;
+  const int threads = int(std::min<int64_t>(256, ceil_div(groups, 32) * 32));
+  const dim3 grid(unsigned(ceil_div(groups, threads)), unsigned(std::min<int64_t>(rows, 65535)));
+  dispatch_quant(w.dtype, "matmul", [&]<typename Q>() {
+    launch(dequantize_bf16_kernel<Q>, grid, threads, 0, stream, hi, lo, static_cast<const uint8_t*>(w.data),
+           w.row_bytes(), row0, rows, K);
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 // A Q4_K or Q6_K matrix [N, row_bytes] as the 2D tensor the copy-engine GEMV reads: Q4_K as
@@ -253,9 +272,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   const float one = 1.0f, zero = 0.0f;
   for (int64_t n0 = 0; n0 < N; n0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, N - n0);
-    launch(dequantize_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(rows * K / 8, 256), 65535 * 4)), 256, 0,
-           ctx.stream, hi, lo, static_cast<const uint8_t*>(w.data), w.dtype, w.row_bytes(), n0, rows, K);
-    CUDA_CHECK_LAUNCH();
+    launch_dequantize_bf16(ctx.stream, hi, lo, w, n0, rows, K);
     // (weight part, activation term) of each GEMM, in the order they accumulate
     const std::pair<const __nv_bfloat16*, int> products[3] = {{hi, 0}, {hi, 1}, {lo, 0}};
     for (int j = 0; j < n_terms; ++j) {

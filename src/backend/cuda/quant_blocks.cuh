@@ -213,8 +213,8 @@ void dispatch_any_weight(DType dt, const char* what, Fn&& fn) {
   else dispatch_weight(dt, what, fn);
 }
 
-// load8 for a block dtype chosen at run time (a uniform branch): embeddings and the prefill
-// dequantization, where one kernel serves every format.
+// load8 for a block dtype chosen at run time (a uniform branch): the embeddings and n-gram
+// tables, where one kernel serves every format.
 __device__ __forceinline__ void load8_block(DType dt, const uint8_t* row, int64_t k, float (&f)[8]) {
   switch (dt) {
     case DType::kQ8_0: QQ8_0::load8(row, k, f); break;

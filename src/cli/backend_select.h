@@ -39,14 +39,14 @@ inline constexpr const char* kDeterministicHelp =
 
 // The --matmul-precision option's help line.
 inline constexpr const char* kMatmulPrecisionHelp =
-    "cuda: the precision of prefill matmuls (steps of more than 8 rows) and prefill attention. bf16x3: the F32 "
-    "activations split into three BF16 terms for the tensor cores (as exact as F32, ~1e-5 relative); bf16x2: two "
-    "(~1e-4); bf16: one (~1e-2; the prefill GEMMs ~2.9x faster than bf16x3; fails the tiny fixtures' 2e-2 "
-    "parity); the tiled attention takes hi/lo BF16 products, single ones at bf16, and at bf16 the chunked "
-    "DeltaNet (prep and scan) takes BF16 products too (~4e-3); exact: the F32 GEMV kernels for "
-    "every matmul and the F32 split-KV attention (slow; for diagnosis). Decode matmuls are F32 GEMV at any "
-    "setting. Refused with --device cpu (F32, or F64, throughout), and with --deterministic unless bf16x3 or "
-    "exact (its matmuls are exact's)";
+    "cuda: the precision of prefill matmuls (steps of more than 8 rows, BF16 MoE experts included) and prefill "
+    "attention. bf16x3: the F32 activations split into three BF16 terms for the tensor cores (as exact as F32, "
+    "~1e-5 relative); bf16x2: two (~1e-4); bf16: one (~1e-2; the prefill GEMMs ~2.9x faster than bf16x3; fails "
+    "the tiny fixtures' 2e-2 parity); the tiled attention takes hi/lo BF16 products, single ones at bf16, and at "
+    "bf16 the chunked DeltaNet (prep and scan) takes BF16 products too (~4e-3); exact: the F32 GEMV kernels for "
+    "every matmul, the CUDA-core expert kernels and the F32 split-KV attention (slow; for diagnosis). Decode "
+    "matmuls are F32 GEMV at any setting. Refused with --device cpu (F32, or F64, throughout), and with "
+    "--deterministic unless bf16x3 or exact (its matmuls are exact's)";
 
 // The --kv-cache option's help line.
 inline constexpr const char* kKvCacheHelp =

@@ -16,6 +16,7 @@
 // (moe_experts_shared), with the same bits. Unaligned shapes take the scalar per-pair kernels
 // (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped or
 // per-pair kernels like BF16 ones, each 8 weights decoded in registers (quant_blocks.cuh).
+#include "backend/cuda/moe_mma.h"
 #include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 
@@ -664,28 +665,40 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     CUDA_CHECK_LAUNCH();
     // At most min(E, P) experts have pairs: the rest of the grid would only read offsets and exit.
     const unsigned expert_rows = unsigned(std::min<int64_t>(int64_t(E), P));
-    dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
-      const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), expert_rows);
-      if (gelu) {
-        launch(moe_gate_up_grouped_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
-               order, offsets, active, n_active, table, table + E, k, H, F);
-      } else {
-        launch(moe_gate_up_grouped_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(), order,
-               offsets, active, n_active, table, table + E, k, H, F);
-      }
-      CUDA_CHECK_LAUNCH();
-    });
-    dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
-      const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), expert_rows);
-      if (expert_scale) {
-        launch(moe_down_grouped_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets,
-               active, n_active, weights.f32(), table + 2 * E, expert_scale, H, F);
-      } else {
-        launch(moe_down_grouped_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets,
-               active, n_active, weights.f32(), table + 2 * E, nullptr, H, F);
-      }
-      CUDA_CHECK_LAUNCH();
-    });
+    // BF16 experts: the tensor-core kernels (moe_mma.cu), outside deterministic mode and kExact.
+    const bool mma = moe_mma_enabled(ctx);
+    if (mma && moe_mma_supported(wt, H)) {
+      launch_moe_gate_up_mma(ctx, hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F,
+                             expert_rows, gelu ? Activation::kGeluTanh : Activation::kSilu);
+    } else {
+      dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
+        const dim3 grid(unsigned(ceil_div(F, kWarps * 2)), expert_rows);
+        if (gelu) {
+          launch(moe_gate_up_grouped_kernel<W, Activation::kGeluTanh>, grid, kWarps * 32, 0, ctx.stream, hbuf,
+                 x.f32(), order, offsets, active, n_active, table, table + E, k, H, F);
+        } else {
+          launch(moe_gate_up_grouped_kernel<W, Activation::kSilu>, grid, kWarps * 32, 0, ctx.stream, hbuf, x.f32(),
+                 order, offsets, active, n_active, table, table + E, k, H, F);
+        }
+        CUDA_CHECK_LAUNCH();
+      });
+    }
+    if (mma && moe_mma_supported(wt_down, F)) {
+      launch_moe_down_mma(ctx, ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E,
+                          expert_scale, H, F, expert_rows);
+    } else {
+      dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {
+        const dim3 down_grid(unsigned(ceil_div(H, kWarps * 4)), expert_rows);
+        if (expert_scale) {
+          launch(moe_down_grouped_kernel<W, true>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets,
+                 active, n_active, weights.f32(), table + 2 * E, expert_scale, H, F);
+        } else {
+          launch(moe_down_grouped_kernel<W, false>, down_grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets,
+                 active, n_active, weights.f32(), table + 2 * E, nullptr, H, F);
+        }
+        CUDA_CHECK_LAUNCH();
+      });
+    }
   } else {
     for (DType dt : {wt, wt_down})
       if (dtype_is_quantized(dt))

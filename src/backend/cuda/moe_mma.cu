@@ -1,0 +1,253 @@
+// The grouped expert products on the tensor cores (moe_mma.h). A prefill step's pairs reach an
+// expert by the dozen (the 35B-A3B's 512-token chunk: 4096 pairs over 256 experts), so an expert
+// is a small GEMM: [pairs, H] by its [F, H] gate and up, then [pairs, F] by its [H, F] down. The
+// CUDA-core grouped kernels (moe.cu) spent 93 of a 122 ms 512-token step there (2026-12-01).
+//
+// A block of kWarps warps takes one listed expert and kCols output rows of its matrix (16 a warp)
+// and walks the expert's pairs kPairs at a time. Per pass the inputs of those pairs are staged
+// kChunk columns at a time in shared memory as S BF16 terms (t1 = bf16(v), t2 = bf16(v - t1),
+// t3 = bf16(v - t1 - t2): split_bf16_kernel's split, S = 3 / 2 / 1 for bf16x3 / bf16x2 / bf16),
+// and each warp runs m16n8k16 mmas with A = 16 weight rows by 16 inputs (BF16, exact) and
+// B = 16 inputs by 8 pairs of one term, F32 accumulators, every term into the same sums. The
+// order inside an mma's k is free as long as A and B agree, so a lane (g = lane / 4, c = lane % 4)
+// takes the 8 consecutive inputs 8c .. 8c + 7 of each 32: one 16-byte load of weight row g, one
+// of row g + 8, one of each pair's staged term; the first mma of the 32 takes their elements
+// 0-3, the second 4-7. Staged rows are 320 bytes apart (64 modulo 128), so the eight lanes of a
+// 16-byte shared-load phase hit distinct banks.
+//
+// A pair's sums depend on its pass's other pairs only through nothing (an mma's element depends
+// on its A row and B column), but the order of the k loop differs from the CUDA-core kernels',
+// so these results are not bit-identical to the per-pair kernels' (decode steps); that is why
+// moe_mma_enabled keeps deterministic mode and kExact off them.
+#include <cstdlib>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/moe_mma.h"
+
+namespace kestrel::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kCols = kWarps * 16;  // output rows of the expert's matrix a block
+constexpr int kPairs = 32;          // pairs a pass: four n8 tiles
+constexpr int kChunk = 128;         // input columns staged at a time
+constexpr int kStride = kChunk + 32;  // BF16 a staged row (320 bytes)
+
+struct Pass {
+  int64_t src_row[kPairs];  // the staged input row of each pair (its token, or the pair itself)
+  int64_t pair[kPairs];
+};
+
+// xs[s][r][0, len) = term s of src row src_row[r], columns [kt, kt + len); zeros for r >= n
+// (their products land in sums nobody stores). len is a multiple of 32.
+template <int S>
+__device__ __forceinline__ void stage_terms(__nv_bfloat16* xs, const float* __restrict__ src, const Pass& ps, int n,
+                                            int64_t K, int64_t kt, int len) {
+  const int quads = len / 4;
+  for (int i = threadIdx.x; i < kPairs * quads; i += kWarps * 32) {
+    const int r = i / quads, c = (i - r * quads) * 4;
+    float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (r < n) {
+      const float4 v = *reinterpret_cast<const float4*>(src + ps.src_row[r] * K + kt + c);
+      rest[0] = v.x;
+      rest[1] = v.y;
+      rest[2] = v.z;
+      rest[3] = v.w;
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      __nv_bfloat16 t[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        t[j] = __float2bfloat16_rn(rest[j]);
+        rest[j] -= __bfloat162float(t[j]);
+      }
+      *reinterpret_cast<uint2*>(xs + (s * kPairs + r) * kStride + c) = *reinterpret_cast<const uint2*>(t);
+    }
+  }
+}
+
+__device__ __forceinline__ uint4 ld_weights(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// Accumulates M matrices' 16 rows (this warp's: lo = row g, hi = row g + 8) times the staged
+// pairs over one chunk: acc[m][j] is the 16 x 8 tile of matrix m and pairs 8j .. 8j + 7.
+template <int M, int S>
+__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], const __nv_bfloat16* const* lo,
+                                               const __nv_bfloat16* const* hi, const __nv_bfloat16* xs, int n,
+                                               int64_t kt, int len) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c8 = (lane & 3) * 8;
+  for (int kc = 0; kc < len; kc += 32) {
+    uint32_t a1[M][4], a2[M][4];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const uint4 wl = ld_weights(lo[m] + kt + kc + c8), wh = ld_weights(hi[m] + kt + kc + c8);
+      a1[m][0] = wl.x, a1[m][1] = wh.x, a1[m][2] = wl.y, a1[m][3] = wh.y;
+      a2[m][0] = wl.z, a2[m][1] = wh.z, a2[m][2] = wl.w, a2[m][3] = wh.w;
+    }
+#pragma unroll
+    for (int j = 0; j < kPairs / 8; ++j) {
+      if (8 * j >= n) break;  // uniform: n is the block's
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const uint4 b = *reinterpret_cast<const uint4*>(xs + (s * kPairs + 8 * j + g) * kStride + kc + c8);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          mma16816(acc[m][j], a1[m], b.x, b.y);
+          mma16816(acc[m][j], a2[m], b.z, b.w);
+        }
+      }
+    }
+  }
+}
+
+// One block's work: M (1 or 2) matrices [N, K] of expert active[blockIdx.y] (w0, and w1 when M is
+// 2), rows blockIdx.x * kCols .., over all the expert's pairs; store(pair, row, sum0, sum1) writes
+// each (pair, row) result (sum1 is 0 when M is 1).
+template <int M, int S, typename Store>
+__device__ __forceinline__ void grouped_products(const void* w0, const void* w1, const float* __restrict__ src,
+                                                 const int32_t* __restrict__ order, int begin, int end, int k,
+                                                 int64_t K, int64_t N, bool src_by_token, Store&& store) {
+  __shared__ __align__(16) __nv_bfloat16 xs[S * kPairs * kStride];
+  __shared__ Pass ps;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
+  const int64_t row_lo = int64_t(blockIdx.x) * kCols + (threadIdx.x >> 5) * 16 + g, row_hi = row_lo + 8;
+  const __nv_bfloat16* lo[M];
+  const __nv_bfloat16* hi[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {  // rows past N: the last row, read and dropped
+    const auto* w = static_cast<const __nv_bfloat16*>(m == 0 ? w0 : w1);
+    lo[m] = w + (row_lo < N ? row_lo : N - 1) * K;
+    hi[m] = w + (row_hi < N ? row_hi : N - 1) * K;
+  }
+  for (int p0 = begin; p0 < end; p0 += kPairs) {
+    const int n = end - p0 < kPairs ? end - p0 : kPairs;
+    __syncthreads();  // the previous pass no longer reads ps
+    if (threadIdx.x < n) {
+      const int64_t p = order[p0 + threadIdx.x];
+      ps.pair[threadIdx.x] = p;
+      ps.src_row[threadIdx.x] = src_by_token ? p / k : p;
+    }
+    float acc[M][kPairs / 8][4];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int j = 0; j < kPairs / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
+    for (int64_t kt = 0; kt < K; kt += kChunk) {
+      const int len = int(K - kt < kChunk ? K - kt : kChunk);
+      __syncthreads();  // ps written; the previous chunk's products done with xs
+      stage_terms<S>(xs, src, ps, n, K, kt, len);
+      __syncthreads();
+      chunk_products<M, S>(acc, lo, hi, xs, n, kt, len);
+    }
+    // C fragment: acc[m][j][0, 1] = (row g, pairs 8j + c2, + 1), [2, 3] = (row g + 8, the same pairs)
+#pragma unroll
+    for (int j = 0; j < kPairs / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + c2 + (i & 1);
+        const int64_t row = i < 2 ? row_lo : row_hi;
+        if (r < n && row < N) store(ps.pair[r], row, acc[0][j][i], M > 1 ? acc[M - 1][j][i] : 0.0f);
+      }
+    }
+  }
+}
+
+// grid: (ceil(F / kCols), expert rows); kWarps * 32 threads.
+template <Activation A, int S>
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_gate_up_mma_kernel(float* __restrict__ hbuf,              // [T * k, F]
+                           const float* __restrict__ x,           // [T, H]
+                           const int32_t* __restrict__ order,     // [T * k]
+                           const int32_t* __restrict__ offsets,   // [E + 1]
+                           const int32_t* __restrict__ active,    // [E]
+                           const int32_t* __restrict__ n_active,  // [1]
+                           const void* const* __restrict__ gate, const void* const* __restrict__ up, int k,
+                           int64_t H, int64_t F) {
+  pdl_begin();
+  if (int(blockIdx.y) >= *n_active) return;
+  const int e = active[blockIdx.y];
+  grouped_products<2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F, true,
+                         [&](int64_t p, int64_t f, float g, float u) { hbuf[p * F + f] = activate(g, A) * u; });
+}
+
+// grid: (ceil(H / kCols), expert rows); kWarps * 32 threads.
+template <bool Scaled, int S>
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_down_mma_kernel(float* __restrict__ ybuf,               // [T * k, H]
+                        const float* __restrict__ hbuf,         // [T * k, F]
+                        const int32_t* __restrict__ order,      // [T * k]
+                        const int32_t* __restrict__ offsets,    // [E + 1]
+                        const int32_t* __restrict__ active,     // [E]
+                        const int32_t* __restrict__ n_active,   // [1]
+                        const float* __restrict__ weights,      // [T * k]
+                        const void* const* __restrict__ down,
+                        const float* __restrict__ expert_scale,  // [E] or null
+                        int64_t H, int64_t F) {
+  pdl_begin();
+  if (int(blockIdx.y) >= *n_active) return;
+  const int e = active[blockIdx.y];
+  grouped_products<1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H, false,
+                         [&](int64_t p, int64_t c, float y, float) {
+                           const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
+                           ybuf[p * H + c] = wp * y;
+                         });
+}
+
+// Calls fn.template operator()<S>() with S the precision's activation terms.
+template <typename Fn>
+void with_terms(MatmulPrecision p, Fn&& fn) {
+  switch (p) {
+    case MatmulPrecision::kBf16: fn.template operator()<1>(); break;
+    case MatmulPrecision::kBf16x2: fn.template operator()<2>(); break;
+    default: fn.template operator()<3>(); break;
+  }
+}
+
+}  // namespace
+
+bool moe_mma_enabled(const Context& ctx) {
+  static const bool env_on = [] {
+    const char* v = std::getenv("KESTREL_CUDA_MOE_MMA");
+    return !(v && v[0] == '0');
+  }();
+  return env_on && !ctx.deterministic && ctx.matmul_precision != MatmulPrecision::kExact;
+}
+
+bool moe_mma_supported(DType dt, int64_t K) { return dt == DType::kBF16 && K % 32 == 0 && K > 0; }
+
+void launch_moe_gate_up_mma(const Context& ctx, float* hbuf, const float* x, const int32_t* order,
+                            const int32_t* offsets, const int32_t* active, const int32_t* n_active,
+                            const void* const* gate, const void* const* up, int k, int64_t H, int64_t F,
+                            unsigned expert_rows, Activation act) {
+  const dim3 grid(unsigned(ceil_div(F, kCols)), expert_rows);
+  with_terms(ctx.matmul_precision, [&]<int S>() {
+    if (act == Activation::kGeluTanh)
+      launch(moe_gate_up_mma_kernel<Activation::kGeluTanh, S>, grid, kWarps * 32, 0, ctx.stream, hbuf, x, order,
+             offsets, active, n_active, gate, up, k, H, F);
+    else
+      launch(moe_gate_up_mma_kernel<Activation::kSilu, S>, grid, kWarps * 32, 0, ctx.stream, hbuf, x, order, offsets,
+             active, n_active, gate, up, k, H, F);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_down_mma(const Context& ctx, float* ybuf, const float* hbuf, const int32_t* order,
+                         const int32_t* offsets, const int32_t* active, const int32_t* n_active,
+                         const float* weights, const void* const* down, const float* expert_scale, int64_t H,
+                         int64_t F, unsigned expert_rows) {
+  const dim3 grid(unsigned(ceil_div(H, kCols)), expert_rows);
+  with_terms(ctx.matmul_precision, [&]<int S>() {
+    if (expert_scale)
+      launch(moe_down_mma_kernel<true, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
+             n_active, weights, down, expert_scale, H, F);
+    else
+      launch(moe_down_mma_kernel<false, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
+             n_active, weights, down, expert_scale, H, F);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kestrel::cuda

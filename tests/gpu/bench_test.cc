@@ -262,34 +262,42 @@ TEST_F(GpuBench, MoeExpertsDecode) {
 
 #ifdef KESTREL_HAVE_CUDA
 // A Qwen3.5-35B-A3B MoE layer's routed experts over a 512-token prefill chunk (4096 pairs on
-// ~256 experts, BF16, zero weights): `exact` runs the CUDA-core grouped kernels, bf16x3 and bf16
-// the tensor-core ones (moe_mma.cu). GB/s counts each touched expert's weights once; TFLOP/s the
-// pairs' products (2 H F a matrix).
+// ~256 experts; zero weights, BF16, Q8_0, and the Q4_K_M recipe's Q4_K gate/up with Q6_K down):
+// `exact` runs the CUDA-core grouped kernels, bf16x3 and bf16 the tensor-core ones (moe_mma.cu).
+// GB/s counts each touched expert's weights once; TFLOP/s the pairs' products (2 H F a matrix).
 TEST_F(GpuBench, MoeExpertsPrefill) {
   const int E = 256, k = 8, H = 2048, F = 512, T = 512;
   CudaOps& cuda = static_cast<CudaOps&>(gpu());
-  Buffer gate = gpu().alloc(DType::kBF16, int64_t(E) * F, H), upw = gpu().alloc(DType::kBF16, int64_t(E) * F, H);
-  Buffer down = gpu().alloc(DType::kBF16, int64_t(E) * H, F);
-  ExpertWeights w;
-  for (int e = 0; e < E; ++e) {
-    w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
-    w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
-    w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
-  }
+  const std::pair<DType, DType> kinds[] = {{DType::kBF16, DType::kBF16}, {DType::kQ8_0, DType::kQ8_0},
+                                           {DType::kQ4_K, DType::kQ6_K}};
   Buffer x = random(T, H), logits = random(T, E, 2.0f);
   Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
   cpu_.moe_route(ids, wts, logits, k, true);
   std::vector<bool> touched(size_t(E), false);
   for (int i = 0; i < T * k; ++i) touched[size_t(ids.view().as<int32_t>()[i])] = true;
   const double n_touched = double(std::count(touched.begin(), touched.end(), true));
-  const double bytes = n_touched * 3.0 * F * H * 2, flops = 2.0 * T * k * 3.0 * H * F;
+  const double flops = 2.0 * T * k * 3.0 * H * F;
   Buffer dx = up(x), dids = up(ids), dwts = up(wts), out = gpu().alloc(DType::kF32, T, H);
-  for (auto [p, name] : {std::pair{MatmulPrecision::kExact, "exact"}, std::pair{MatmulPrecision::kBf16x3, "bf16x3"},
-                         std::pair{MatmulPrecision::kBf16, "bf16"}}) {
-    cuda.set_matmul_precision(p);
-    const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 10, 2);
-    std::printf("BENCH moe_experts_prefill_T%d_%s %.1f us (%.0f experts, %.0f GB/s of their weights, %.1f TFLOP/s)\n",
-                T, name, s * 1e6, n_touched, bytes / s / 1e9, flops / s / 1e12);
+  for (const auto& [dt, dt_down] : kinds) {
+    Buffer gate = gpu().alloc(dt, int64_t(E) * F, H), upw = gpu().alloc(dt, int64_t(E) * F, H);
+    Buffer down = gpu().alloc(dt_down, int64_t(E) * H, F);
+    ExpertWeights w;
+    for (int e = 0; e < E; ++e) {
+      w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
+      w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
+      w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
+    }
+    const double bytes = n_touched * double(2 * F * dtype_row_bytes(dt, H) + H * dtype_row_bytes(dt_down, F));
+    const std::string fmt = dt == dt_down ? std::string(dtype_name(dt))
+                                          : std::string(dtype_name(dt)) + "+" + std::string(dtype_name(dt_down));
+    for (auto [p, name] : {std::pair{MatmulPrecision::kExact, "exact"}, std::pair{MatmulPrecision::kBf16x3, "bf16x3"},
+                           std::pair{MatmulPrecision::kBf16, "bf16"}}) {
+      cuda.set_matmul_precision(p);
+      const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 10, 2);
+      std::printf("BENCH moe_experts_prefill_%s_T%d_%s %.1f us (%.0f experts, %.0f GB/s of their weights, %.1f "
+                  "TFLOP/s)\n",
+                  fmt.c_str(), T, name, s * 1e6, n_touched, bytes / s / 1e9, flops / s / 1e12);
+    }
   }
   cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
 }

@@ -351,6 +351,46 @@ TEST_F(QuantGpuTest, MoeExperts) {
   }
 }
 
+// A prefill step's block-format experts on the tensor cores (moe_mma.cu) at each precision: each
+// 8 weights decoded to ggml's values and split into BF16 hi + lo at bf16x3 (matmul_quant's prefill
+// products: 1e-5 of the CPU over the dequantized weights), the weight rounded to BF16 at bf16x2 and
+// bf16 (2^-9 a weight: 1e-2), and `exact`'s CUDA-core kernels (1e-5). 48 pairs an expert: two
+// passes of 32, the second partial.
+TEST_F(QuantGpuTest, MoeExpertsTensorCoresEachPrecision) {
+  const std::pair<DType, DType> kinds[] = {{DType::kQ4_K, DType::kQ6_K}, {DType::kQ8_0, DType::kQ8_0},
+                                           {DType::kQ5_K, DType::kMXFP4}};
+  const int T = 96, E = 4, k = 2, H = 512, F = 256;
+  for (const auto& [dt, dt_down] : kinds) {
+    ExpertWeights hw, dw;
+    std::vector<Buffer> keep;
+    for (int e = 0; e < E; ++e) {
+      for (auto [t, h, d, rows, cols] : {std::tuple{dt, &hw.gate, &dw.gate, F, H}, std::tuple{dt, &hw.up, &dw.up, F, H},
+                                         std::tuple{dt_down, &hw.down, &dw.down, H, F}}) {
+        Buffer q = quantized(t, rows, cols, 0.1f);
+        keep.push_back(dequantized(q));
+        h->push_back(keep.back());
+        keep.push_back(up(q));
+        d->push_back(keep.back());
+      }
+    }
+    Buffer x = random(T, H), logits = random(T, E);
+    Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
+    cpu_.moe_route(ids, wts, logits, k, true);
+    Buffer dx = up(x), dids = up(ids), dwts = up(wts), ref = cpu_.alloc(DType::kF32, T, H);
+    cpu_.moe_experts(ref, x, ids, wts, hw);
+    const std::vector<float> want = host(ref);
+    for (auto [p, tol] : {std::pair{MatmulPrecision::kBf16x3, 1e-5}, std::pair{MatmulPrecision::kBf16x2, 1e-2},
+                          std::pair{MatmulPrecision::kBf16, 1e-2}, std::pair{MatmulPrecision::kExact, 1e-5}}) {
+      cuda().set_matmul_precision(p);
+      Buffer out = gpu().alloc(DType::kF32, T, H);
+      gpu().moe_experts(out, dx, dids, dwts, dw);
+      EXPECT_LE(rel_err(down(out), want), tol) << dtype_name(dt) << " / " << dtype_name(dt_down) << " precision "
+                                               << int(p);
+    }
+    cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
+  }
+}
+
 // Embedding rows come out exactly as dequantize_row gives them (times the scale, in F32).
 TEST_F(QuantGpuTest, EmbedAndEmbedRows) {
   const int64_t V = 300, H = 512;

@@ -15,7 +15,9 @@
 // kernels, the down one also summing each token's pairs and adding the shared expert
 // (moe_experts_shared), with the same bits. Unaligned shapes take the scalar per-pair kernels
 // (one warp per output of one pair). Block-format experts (Q4_K, MXFP4, ...) run the grouped or
-// per-pair kernels like BF16 ones, each 8 weights decoded in registers (quant_blocks.cuh).
+// per-pair kernels like BF16 ones, each 8 weights decoded in registers (quant_blocks.cuh). Outside
+// deterministic mode and kExact, the grouped path's products of BF16 and block-format experts run
+// on the tensor cores instead (moe_mma.cu).
 #include "backend/cuda/moe_mma.h"
 #include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/quant_blocks.cuh"
@@ -665,10 +667,11 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
     CUDA_CHECK_LAUNCH();
     // At most min(E, P) experts have pairs: the rest of the grid would only read offsets and exit.
     const unsigned expert_rows = unsigned(std::min<int64_t>(int64_t(E), P));
-    // BF16 experts: the tensor-core kernels (moe_mma.cu), outside deterministic mode and kExact.
+    // BF16 and block-format experts: the tensor-core kernels (moe_mma.cu), outside deterministic
+    // mode and kExact.
     const bool mma = moe_mma_enabled(ctx);
     if (mma && moe_mma_supported(wt, H)) {
-      launch_moe_gate_up_mma(ctx, hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F,
+      launch_moe_gate_up_mma(ctx, wt, hbuf, x.f32(), order, offsets, active, n_active, table, table + E, k, H, F,
                              expert_rows, gelu ? Activation::kGeluTanh : Activation::kSilu);
     } else {
       dispatch_any_weight(wt, "moe_experts", [&]<typename W>() {
@@ -684,7 +687,7 @@ void moe_experts(const Context& ctx, const Tensor& out, const Tensor& x, const T
       });
     }
     if (mma && moe_mma_supported(wt_down, F)) {
-      launch_moe_down_mma(ctx, ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E,
+      launch_moe_down_mma(ctx, wt_down, ybuf, hbuf, order, offsets, active, n_active, weights.f32(), table + 2 * E,
                           expert_scale, H, F, expert_rows);
     } else {
       dispatch_any_weight(wt_down, "moe_experts", [&]<typename W>() {

@@ -15,15 +15,22 @@
 // 0-3, the second 4-7. Staged rows are 320 bytes apart (64 modulo 128), so the eight lanes of a
 // 16-byte shared-load phase hit distinct banks.
 //
-// A pair's sums depend on its pass's other pairs only through nothing (an mma's element depends
-// on its A row and B column), but the order of the k loop differs from the CUDA-core kernels',
-// so these results are not bit-identical to the per-pair kernels' (decode steps); that is why
+// Block-format experts (Q4_K, Q6_K, Q8_0, ...) take the same kernels: a lane decodes its 8
+// weights of each row to ggml's values (quant_blocks.cuh's load8) and rounds them to BF16 hi and,
+// at bf16x3, lo = the rest, so the products are matmul_quant's prefill ones: w_hi x1, w_hi x2 and
+// w_lo x1 at bf16x3 (two staged terms), w_hi x1 + w_hi x2 at bf16x2, w_hi x1 at bf16. Each 8
+// weights are decoded once a pass of 32 pairs, where the CUDA-core kernels decode them once per 8.
+//
+// A pair's sums do not depend on its pass's other pairs (an mma's element depends on its A row
+// and B column only), but the order of the k loop differs from the CUDA-core kernels', so these
+// results are not bit-identical to the per-pair kernels' (decode steps); that is why
 // moe_mma_enabled keeps deterministic mode and kExact off them.
 #include <cstdlib>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/moe_mma.h"
+#include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -68,33 +75,79 @@ __device__ __forceinline__ void stage_terms(__nv_bfloat16* xs, const float* __re
   }
 }
 
-__device__ __forceinline__ uint4 ld_weights(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+// How the kernels take weights of type W (__nv_bfloat16, or a quant_blocks.cuh tag): the
+// activation terms staged for precision S and whether the weight is split into hi + lo.
+template <typename W, int S>
+struct Terms {
+  static constexpr bool kQuant = requires { W::kBlockBytes; };
+  static constexpr bool kLo = kQuant && S == 3;       // w_lo x1 as well
+  static constexpr int kStaged = kQuant ? (S < 2 ? S : 2) : S;
+};
+
+// A lane's 8 weights k .. k + 7 of a row as 4 packed BF16 pairs: hi (the weight, or its value
+// rounded) and, when kLo, lo (the value minus hi, rounded).
+template <typename W, bool kLo>
+__device__ __forceinline__ void load_weights(typename WeightRows<W>::Row row, int64_t k, uint4& hi, uint4& lo) {
+  if constexpr (requires { W::kBlockBytes; }) {
+    float f[8];
+    W::load8(row, k, f);
+    uint32_t h[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 hb = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+      h[i] = bf16x2_bits(hb);
+      if constexpr (kLo)
+        l[i] = bf16x2_bits(__floats2bfloat162_rn(f[2 * i] - __low2float(hb), f[2 * i + 1] - __high2float(hb)));
+    }
+    hi = make_uint4(h[0], h[1], h[2], h[3]);
+    if constexpr (kLo) lo = make_uint4(l[0], l[1], l[2], l[3]);
+  } else {
+    hi = __ldg(reinterpret_cast<const uint4*>(row + k));
+  }
+}
+
+// The two mma A fragments of 32 inputs from rows g (wl) and g + 8 (wh): inputs 0-3 of each
+// lane's 8, then 4-7.
+__device__ __forceinline__ void fragments(const uint4& wl, const uint4& wh, uint32_t (&a1)[4], uint32_t (&a2)[4]) {
+  a1[0] = wl.x, a1[1] = wh.x, a1[2] = wl.y, a1[3] = wh.y;
+  a2[0] = wl.z, a2[1] = wh.z, a2[2] = wl.w, a2[3] = wh.w;
+}
 
 // Accumulates M matrices' 16 rows (this warp's: lo = row g, hi = row g + 8) times the staged
 // pairs over one chunk: acc[m][j] is the 16 x 8 tile of matrix m and pairs 8j .. 8j + 7.
-template <int M, int S>
-__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], const __nv_bfloat16* const* lo,
-                                               const __nv_bfloat16* const* hi, const __nv_bfloat16* xs, int n,
+template <typename W, int M, int S>
+__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4],
+                                               const typename WeightRows<W>::Row* lo,
+                                               const typename WeightRows<W>::Row* hi, const __nv_bfloat16* xs, int n,
                                                int64_t kt, int len) {
+  using Tm = Terms<W, S>;
   const int lane = threadIdx.x & 31, g = lane >> 2, c8 = (lane & 3) * 8;
   for (int kc = 0; kc < len; kc += 32) {
-    uint32_t a1[M][4], a2[M][4];
+    uint32_t a1[M][4], a2[M][4], l1[M][4], l2[M][4];  // l: the weights' lo parts (Tm::kLo)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const uint4 wl = ld_weights(lo[m] + kt + kc + c8), wh = ld_weights(hi[m] + kt + kc + c8);
-      a1[m][0] = wl.x, a1[m][1] = wh.x, a1[m][2] = wl.y, a1[m][3] = wh.y;
-      a2[m][0] = wl.z, a2[m][1] = wh.z, a2[m][2] = wl.w, a2[m][3] = wh.w;
+      uint4 wl, wh, wl_lo, wh_lo;
+      load_weights<W, Tm::kLo>(lo[m], kt + kc + c8, wl, wl_lo);
+      load_weights<W, Tm::kLo>(hi[m], kt + kc + c8, wh, wh_lo);
+      fragments(wl, wh, a1[m], a2[m]);
+      if constexpr (Tm::kLo) fragments(wl_lo, wh_lo, l1[m], l2[m]);
     }
 #pragma unroll
     for (int j = 0; j < kPairs / 8; ++j) {
       if (8 * j >= n) break;  // uniform: n is the block's
 #pragma unroll
-      for (int s = 0; s < S; ++s) {
+      for (int s = 0; s < Tm::kStaged; ++s) {
         const uint4 b = *reinterpret_cast<const uint4*>(xs + (s * kPairs + 8 * j + g) * kStride + kc + c8);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           mma16816(acc[m][j], a1[m], b.x, b.y);
           mma16816(acc[m][j], a2[m], b.z, b.w);
+          if constexpr (Tm::kLo) {
+            if (s == 0) {
+              mma16816(acc[m][j], l1[m], b.x, b.y);
+              mma16816(acc[m][j], l2[m], b.z, b.w);
+            }
+          }
         }
       }
     }
@@ -104,21 +157,22 @@ __device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], c
 // One block's work: M (1 or 2) matrices [N, K] of expert active[blockIdx.y] (w0, and w1 when M is
 // 2), rows blockIdx.x * kCols .., over all the expert's pairs; store(pair, row, sum0, sum1) writes
 // each (pair, row) result (sum1 is 0 when M is 1).
-template <int M, int S, typename Store>
+template <typename W, int M, int S, typename Store>
 __device__ __forceinline__ void grouped_products(const void* w0, const void* w1, const float* __restrict__ src,
                                                  const int32_t* __restrict__ order, int begin, int end, int k,
                                                  int64_t K, int64_t N, bool src_by_token, Store&& store) {
-  __shared__ __align__(16) __nv_bfloat16 xs[S * kPairs * kStride];
+  constexpr int kStaged = Terms<W, S>::kStaged;
+  __shared__ __align__(16) __nv_bfloat16 xs[kStaged * kPairs * kStride];
   __shared__ Pass ps;
   const int lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
   const int64_t row_lo = int64_t(blockIdx.x) * kCols + (threadIdx.x >> 5) * 16 + g, row_hi = row_lo + 8;
-  const __nv_bfloat16* lo[M];
-  const __nv_bfloat16* hi[M];
+  using Rows = WeightRows<W>;
+  typename Rows::Row lo[M], hi[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) {  // rows past N: the last row, read and dropped
-    const auto* w = static_cast<const __nv_bfloat16*>(m == 0 ? w0 : w1);
-    lo[m] = w + (row_lo < N ? row_lo : N - 1) * K;
-    hi[m] = w + (row_hi < N ? row_hi : N - 1) * K;
+    const void* w = m == 0 ? w0 : w1;
+    lo[m] = Rows::row(w, row_lo < N ? row_lo : N - 1, K);
+    hi[m] = Rows::row(w, row_hi < N ? row_hi : N - 1, K);
   }
   for (int p0 = begin; p0 < end; p0 += kPairs) {
     const int n = end - p0 < kPairs ? end - p0 : kPairs;
@@ -138,9 +192,9 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
     for (int64_t kt = 0; kt < K; kt += kChunk) {
       const int len = int(K - kt < kChunk ? K - kt : kChunk);
       __syncthreads();  // ps written; the previous chunk's products done with xs
-      stage_terms<S>(xs, src, ps, n, K, kt, len);
+      stage_terms<kStaged>(xs, src, ps, n, K, kt, len);
       __syncthreads();
-      chunk_products<M, S>(acc, lo, hi, xs, n, kt, len);
+      chunk_products<W, M, S>(acc, lo, hi, xs, n, kt, len);
     }
     // C fragment: acc[m][j][0, 1] = (row g, pairs 8j + c2, + 1), [2, 3] = (row g + 8, the same pairs)
 #pragma unroll
@@ -156,7 +210,7 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
 }
 
 // grid: (ceil(F / kCols), expert rows); kWarps * 32 threads.
-template <Activation A, int S>
+template <typename W, Activation A, int S>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_gate_up_mma_kernel(float* __restrict__ hbuf,              // [T * k, F]
                            const float* __restrict__ x,           // [T, H]
@@ -169,12 +223,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
-  grouped_products<2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F, true,
+  grouped_products<W, 2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F, true,
                          [&](int64_t p, int64_t f, float g, float u) { hbuf[p * F + f] = activate(g, A) * u; });
 }
 
 // grid: (ceil(H / kCols), expert rows); kWarps * 32 threads.
-template <bool Scaled, int S>
+template <typename W, bool Scaled, int S>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_down_mma_kernel(float* __restrict__ ybuf,               // [T * k, H]
                         const float* __restrict__ hbuf,         // [T * k, F]
@@ -189,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
-  grouped_products<1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H, false,
+  grouped_products<W, 1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H, false,
                          [&](int64_t p, int64_t c, float y, float) {
                            const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
                            ybuf[p * H + c] = wp * y;
@@ -216,36 +270,51 @@ bool moe_mma_enabled(const Context& ctx) {
   return env_on && !ctx.deterministic && ctx.matmul_precision != MatmulPrecision::kExact;
 }
 
-bool moe_mma_supported(DType dt, int64_t K) { return dt == DType::kBF16 && K % 32 == 0 && K > 0; }
+bool moe_mma_supported(DType dt, int64_t K) {
+  return (dt == DType::kBF16 || dtype_is_quantized(dt)) && K > 0 && K % 32 == 0 && K % dtype_block_elems(dt) == 0;
+}
 
-void launch_moe_gate_up_mma(const Context& ctx, float* hbuf, const float* x, const int32_t* order,
+namespace {
+// Calls fn.template operator()<W>() with W the experts' weight type (BF16 or a block format's tag).
+template <typename Fn>
+void with_weight(DType dt, Fn&& fn) {
+  if (dt == DType::kBF16) fn.template operator()<__nv_bfloat16>();
+  else dispatch_quant(dt, "moe_experts", std::forward<Fn>(fn));
+}
+}  // namespace
+
+void launch_moe_gate_up_mma(const Context& ctx, DType dt, float* hbuf, const float* x, const int32_t* order,
                             const int32_t* offsets, const int32_t* active, const int32_t* n_active,
                             const void* const* gate, const void* const* up, int k, int64_t H, int64_t F,
                             unsigned expert_rows, Activation act) {
   const dim3 grid(unsigned(ceil_div(F, kCols)), expert_rows);
-  with_terms(ctx.matmul_precision, [&]<int S>() {
-    if (act == Activation::kGeluTanh)
-      launch(moe_gate_up_mma_kernel<Activation::kGeluTanh, S>, grid, kWarps * 32, 0, ctx.stream, hbuf, x, order,
-             offsets, active, n_active, gate, up, k, H, F);
-    else
-      launch(moe_gate_up_mma_kernel<Activation::kSilu, S>, grid, kWarps * 32, 0, ctx.stream, hbuf, x, order, offsets,
-             active, n_active, gate, up, k, H, F);
+  with_weight(dt, [&]<typename W>() {
+    with_terms(ctx.matmul_precision, [&]<int S>() {
+      if (act == Activation::kGeluTanh)
+        launch(moe_gate_up_mma_kernel<W, Activation::kGeluTanh, S>, grid, kWarps * 32, 0, ctx.stream, hbuf, x, order,
+               offsets, active, n_active, gate, up, k, H, F);
+      else
+        launch(moe_gate_up_mma_kernel<W, Activation::kSilu, S>, grid, kWarps * 32, 0, ctx.stream, hbuf, x, order,
+               offsets, active, n_active, gate, up, k, H, F);
+    });
   });
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_moe_down_mma(const Context& ctx, float* ybuf, const float* hbuf, const int32_t* order,
+void launch_moe_down_mma(const Context& ctx, DType dt, float* ybuf, const float* hbuf, const int32_t* order,
                          const int32_t* offsets, const int32_t* active, const int32_t* n_active,
                          const float* weights, const void* const* down, const float* expert_scale, int64_t H,
                          int64_t F, unsigned expert_rows) {
   const dim3 grid(unsigned(ceil_div(H, kCols)), expert_rows);
-  with_terms(ctx.matmul_precision, [&]<int S>() {
-    if (expert_scale)
-      launch(moe_down_mma_kernel<true, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
-             n_active, weights, down, expert_scale, H, F);
-    else
-      launch(moe_down_mma_kernel<false, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
-             n_active, weights, down, expert_scale, H, F);
+  with_weight(dt, [&]<typename W>() {
+    with_terms(ctx.matmul_precision, [&]<int S>() {
+      if (expert_scale)
+        launch(moe_down_mma_kernel<W, true, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
+               n_active, weights, down, expert_scale, H, F);
+      else
+        launch(moe_down_mma_kernel<W, false, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
+               n_active, weights, down, expert_scale, H, F);
+    });
   });
   CUDA_CHECK_LAUNCH();
 }

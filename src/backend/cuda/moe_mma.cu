@@ -113,24 +113,44 @@ __device__ __forceinline__ void fragments(const uint4& wl, const uint4& wh, uint
   a2[0] = wl.z, a2[1] = wh.z, a2[2] = wl.w, a2[3] = wh.w;
 }
 
+// A lane's weights of one 32-input step of M matrices' rows g (wl) and g + 8 (wh), with their lo
+// parts when the weight is split.
+template <int M>
+struct StepWeights {
+  uint4 wl[M], wh[M], wl_lo[M], wh_lo[M];
+};
+template <typename W, int M, bool kLo>
+__device__ __forceinline__ void load_step(StepWeights<M>& sw, const typename WeightRows<W>::Row* lo,
+                                          const typename WeightRows<W>::Row* hi, int64_t k) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    load_weights<W, kLo>(lo[m], k, sw.wl[m], sw.wl_lo[m]);
+    load_weights<W, kLo>(hi[m], k, sw.wh[m], sw.wh_lo[m]);
+  }
+}
+
 // Accumulates M matrices' 16 rows (this warp's: lo = row g, hi = row g + 8) times the staged
-// pairs over one chunk: acc[m][j] is the 16 x 8 tile of matrix m and pairs 8j .. 8j + 7.
+// pairs over one chunk: acc[m][j] is the 16 x 8 tile of matrix m and pairs 8j .. 8j + 7. BF16
+// weights arrive in sw already for the chunk's first step (the caller loads them before staging)
+// and each step loads the next one's before its mmas, so a load's latency hides behind a step of
+// mmas; block formats are loaded and decoded at their step (the decode would wait on the loads).
 template <typename W, int M, int S>
-__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4],
+__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], StepWeights<M>& sw,
                                                const typename WeightRows<W>::Row* lo,
                                                const typename WeightRows<W>::Row* hi, const __nv_bfloat16* xs, int n,
                                                int64_t kt, int len) {
   using Tm = Terms<W, S>;
   const int lane = threadIdx.x & 31, g = lane >> 2, c8 = (lane & 3) * 8;
   for (int kc = 0; kc < len; kc += 32) {
+    if constexpr (Tm::kQuant) load_step<W, M, Tm::kLo>(sw, lo, hi, kt + kc + c8);
     uint32_t a1[M][4], a2[M][4], l1[M][4], l2[M][4];  // l: the weights' lo parts (Tm::kLo)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      uint4 wl, wh, wl_lo, wh_lo;
-      load_weights<W, Tm::kLo>(lo[m], kt + kc + c8, wl, wl_lo);
-      load_weights<W, Tm::kLo>(hi[m], kt + kc + c8, wh, wh_lo);
-      fragments(wl, wh, a1[m], a2[m]);
-      if constexpr (Tm::kLo) fragments(wl_lo, wh_lo, l1[m], l2[m]);
+      fragments(sw.wl[m], sw.wh[m], a1[m], a2[m]);
+      if constexpr (Tm::kLo) fragments(sw.wl_lo[m], sw.wh_lo[m], l1[m], l2[m]);
+    }
+    if constexpr (!Tm::kQuant) {
+      if (kc + 32 < len) load_step<W, M, false>(sw, lo, hi, kt + kc + 32 + c8);
     }
 #pragma unroll
     for (int j = 0; j < kPairs / 8; ++j) {
@@ -189,12 +209,15 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
       for (int j = 0; j < kPairs / 8; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
+    StepWeights<M> sw;
     for (int64_t kt = 0; kt < K; kt += kChunk) {
       const int len = int(K - kt < kChunk ? K - kt : kChunk);
+      // BF16: the chunk's first weights in flight while the inputs are staged
+      if constexpr (!Terms<W, S>::kQuant) load_step<W, M, false>(sw, lo, hi, kt + (lane & 3) * 8);
       __syncthreads();  // ps written; the previous chunk's products done with xs
       stage_terms<kStaged>(xs, src, ps, n, K, kt, len);
       __syncthreads();
-      chunk_products<W, M, S>(acc, lo, hi, xs, n, kt, len);
+      chunk_products<W, M, S>(acc, sw, lo, hi, xs, n, kt, len);
     }
     // C fragment: acc[m][j][0, 1] = (row g, pairs 8j + c2, + 1), [2, 3] = (row g + 8, the same pairs)
 #pragma unroll

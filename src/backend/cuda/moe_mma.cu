@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
   grouped_products<W, 2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F, true,
-                         [&](int64_t p, int64_t f, float g, float u) { hbuf[p * F + f] = activate(g, A) * u; });
+                            [&](int64_t p, int64_t f, float g, float u) { hbuf[p * F + f] = activate(g, A) * u; });
 }
 
 // grid: (ceil(H / kCols), expert rows); kWarps * 32 threads.
@@ -267,10 +267,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
   grouped_products<W, 1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H, false,
-                         [&](int64_t p, int64_t c, float y, float) {
-                           const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
-                           ybuf[p * H + c] = wp * y;
-                         });
+                            [&](int64_t p, int64_t c, float y, float) {
+                              const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
+                              ybuf[p * H + c] = wp * y;
+                            });
 }
 
 // Calls fn.template operator()<S>() with S the precision's activation terms.

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -186,12 +187,40 @@ TEST_F(QuantGpuTest, MatmulEveryFormatAgainstReference) {
   }
 }
 
-// The prefill path's BF16 weight tile is bounded (64 MiB): a matrix past it runs in row tiles.
+// The prefill path's BF16 weight tile is bounded (64 MiB): a matrix past it runs in row tiles
+// (80 rows: past the 64 the tensor-core kernel takes).
 TEST_F(QuantGpuTest, MatmulPrefillAcrossDequantTiles) {
   const int64_t K = 4096, N = 8200;  // 8200 * 4096 * 2 bytes > 64 MiB: two tiles
   Buffer w = quantized(DType::kQ8_0, N, K);
-  Buffer x = random(12, K);
+  Buffer x = random(80, K);
   check_matmul(x, w, false, "Q8_0 tiled");
+}
+
+// 9 to 64 rows take the tensor-core kernel (moe_mma.cu) with the weights decoded in registers:
+// the prefill bound at the default precision (check_matmul), and at bf16x2 / bf16, where the
+// weight is rounded to BF16 (2^-9), within 1e-2 of the CPU's product; rows past a pass of 32 and
+// a row tile past N (N 200: four tiles of 64).
+TEST_F(QuantGpuTest, MatmulTensorCoresFewRows) {
+  for (DType dt : kBlockTypes) {
+    const int64_t K = dtype_block_elems(dt) == 256 ? 768 : 1056, N = 200;
+    Buffer w = quantized(dt, N, K);
+    Buffer dw = up(w);
+    for (int T : {9, 33, 64}) {
+      Buffer x = random(T, K);
+      const std::string what = std::string(dtype_name(dt)) + " T=" + std::to_string(T);
+      check_matmul(x, w, false, what);
+      Buffer ref = cpu_.alloc(DType::kF32, T, N);
+      cpu_.matmul(ref, x, w);
+      Buffer dx = up(x);
+      for (MatmulPrecision p : {MatmulPrecision::kBf16x2, MatmulPrecision::kBf16}) {
+        cuda().set_matmul_precision(p);
+        Buffer out = gpu().alloc(DType::kF32, T, N);
+        gpu().matmul(out, dx, dw);
+        EXPECT_LE(rel_err(down(out), host(ref)), 1e-2) << what << " " << matmul_precision_name(p);
+      }
+      cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
+    }
+  }
 }
 
 // Deterministic mode: every T takes the GEMV kernel in groups of 8, and each row's bits are its
@@ -488,6 +517,20 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
                     bytes / dram / 1e9, dram * 1e6, turns.size());
       }
       const Buffer& dw0 = turns[0];
+      // A few rows: the tensor-core kernel up to KESTREL_CUDA_QUANT_MMA_ROWS (64 unless set), the
+      // dequantized tiles and cuBLAS past it; run the bench with the variable at 0 and at 128 to
+      // compare the two paths at each row count.
+      if (N == 12288 && (dt == DType::kQ4_K || dt == DType::kQ8_0)) {
+        const char* env = std::getenv("KESTREL_CUDA_QUANT_MMA_ROWS");
+        for (int T : {9, 16, 32, 64, 128}) {
+          Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+          const double s = time([&] { gpu().matmul(out, x, dw0); }, 20);
+          std::printf("BENCH qmatmul_rows_%s_T%d_%ldx%ld %.1f us (%.0f GB/s of weights; "
+                      "KESTREL_CUDA_QUANT_MMA_ROWS=%s)\n",
+                      std::string(dtype_name(dt)).c_str(), T, long(N), long(K), s * 1e6, bytes / s / 1e9,
+                      env ? env : "unset");
+        }
+      }
       if (N == 12288 && (dt == DType::kQ4_K || dt == DType::kQ8_0)) {
         const int T = 2048;
         Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);

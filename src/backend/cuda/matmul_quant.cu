@@ -6,14 +6,19 @@
 // rows are a multiple of 8 super-blocks), Q8_0 and other Q6_K the unit GEMV of quant_gemv.cuh,
 // the others the plain GEMV's block code (gemv.cuh) with each 8 weights decoded in registers to
 // ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
-// launch (matmul_multi). Prefill dequantizes the weight to BF16 in tiles of at most 64 MiB a term
-// (two terms, hi and lo, at the default 3-term precision) and runs cuBLAS on them (matmul_quant).
+// launch (matmul_multi). From 9 to 64 rows (kQuantMmaMaxRows) the tensor-core kernel of
+// moe_mma.cu decodes the weights in registers; longer prefill steps dequantize the weight to BF16
+// in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision) and
+// run cuBLAS on them (matmul_quant).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver's encoder, fetched through the runtime
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/moe_mma.h"
 #include "backend/cuda/quant_gemv_q4k.cuh"
 #include "backend/cuda/quant_gemv_q6k.cuh"
 
@@ -230,9 +235,24 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
 // term (hi, and lo when the weight is split; memory_plan.cc reserves both).
 constexpr size_t kDequantTileBytes = size_t(64) << 20;
 
+// The most rows a block-format matmul runs on the tensor-core kernel (moe_mma.cu) rather than on
+// dequantized tiles and cuBLAS: kQuantMmaMaxRows, or KESTREL_CUDA_QUANT_MMA_ROWS from the
+// environment (0: never). Dequantizing the 9B Q4_K_M's matrices costs a step ~24 ms whatever its
+// rows (2026-12-01), where the kernel re-reads a matrix from L2 once per 32 rows; the crossing
+// point is not measured yet (GpuBench.QuantMatmulRows prints both paths).
+constexpr int64_t kQuantMmaMaxRows = 64;
+static int64_t quant_mma_max_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("KESTREL_CUDA_QUANT_MMA_ROWS");
+    return v && *v ? std::max<int64_t>(0, std::atoll(v)) : kQuantMmaMaxRows;
+  }();
+  return rows;
+}
+
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, deterministic
-// mode), or (prefill) the weight dequantized to BF16 a tile of rows at a time and cuBLAS as in
-// matmul.cu's launch_cublas_bf16 per-term path, each tile writing its column range of out.
+// mode, kExact), the tensor-core kernel up to quant_mma_max_rows() rows, or (prefill) the weight
+// dequantized to BF16 a tile of rows at a time and cuBLAS as in matmul.cu's launch_cublas_bf16
+// per-term path, each tile writing its column range of out.
 void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only) {
   const int64_t T = x.rows, K = x.cols, N = w.rows;
   KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
@@ -251,6 +271,12 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
       mt.block_end[0] = ceil_div(N, mt.block_cols[0]);
       launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
     }
+    return;
+  }
+  // A few rows (a batch of decode steps, a short chunk): the tensor-core kernel that decodes the
+  // weights in registers, reading them once per 32 rows, instead of dequantizing the whole matrix.
+  if (T <= quant_mma_max_rows() && moe_mma_supported(w.dtype, K)) {
+    launch_block_matmul_mma(ctx, out.f32(), x.f32(), w.data, w.dtype, T, K, N);
     return;
   }
   // A dequantized weight is not exact in BF16 (a block's scale times its quant takes up to ~22

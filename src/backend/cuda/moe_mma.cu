@@ -25,6 +25,10 @@
 // and B column only), but the order of the k loop differs from the CUDA-core kernels', so these
 // results are not bit-identical to the per-pair kernels' (decode steps); that is why
 // moe_mma_enabled keeps deterministic mode and kExact off them.
+//
+// The same block code runs a dense block-format matmul of a few rows (block_matmul_mma_kernel:
+// one "expert", the rows as its pairs, a pass of 32 rows a grid row), which otherwise would
+// dequantize the whole matrix to BF16 tiles for cuBLAS every step (matmul_quant.cu).
 #include <cstdlib>
 
 #include "backend/cuda/device_util.cuh"
@@ -175,8 +179,9 @@ __device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], S
 }
 
 // One block's work: M (1 or 2) matrices [N, K] of expert active[blockIdx.y] (w0, and w1 when M is
-// 2), rows blockIdx.x * kCols .., over all the expert's pairs; store(pair, row, sum0, sum1) writes
-// each (pair, row) result (sum1 is 0 when M is 1).
+// 2), rows blockIdx.x * kCols .., over the pairs order[begin, end) (pairs begin .. end - 1 when
+// order is null); store(pair, row, sum0, sum1) writes each (pair, row) result (sum1 is 0 when M
+// is 1).
 template <typename W, int M, int S, typename Store>
 __device__ __forceinline__ void grouped_products(const void* w0, const void* w1, const float* __restrict__ src,
                                                  const int32_t* __restrict__ order, int begin, int end, int k,
@@ -198,7 +203,7 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
     const int n = end - p0 < kPairs ? end - p0 : kPairs;
     __syncthreads();  // the previous pass no longer reads ps
     if (threadIdx.x < n) {
-      const int64_t p = order[p0 + threadIdx.x];
+      const int64_t p = order ? order[p0 + threadIdx.x] : p0 + threadIdx.x;
       ps.pair[threadIdx.x] = p;
       ps.src_row[threadIdx.x] = src_by_token ? p / k : p;
     }
@@ -273,6 +278,20 @@ __global__ void __launch_bounds__(kWarps * 32)
                             });
 }
 
+// grid: (ceil(N / kCols), ceil(T / kPairs)); kWarps * 32 threads. out = x w^T for a block-format
+// (or BF16) w [N, K]: block (i, j) takes rows i * kCols .. of w and rows j * kPairs .. of x.
+template <typename W, int S>
+__global__ void __launch_bounds__(kWarps * 32)
+    block_matmul_mma_kernel(float* __restrict__ out,      // [T, N]
+                            const float* __restrict__ x,  // [T, K]
+                            const void* __restrict__ w,   // [N, K]
+                            int64_t T, int64_t K, int64_t N) {
+  pdl_begin();
+  const int begin = int(blockIdx.y) * kPairs, end = int(T - begin < kPairs ? T : begin + kPairs);
+  grouped_products<W, 1, S>(w, nullptr, x, nullptr, begin, end, 1, K, N, false,
+                            [&](int64_t t, int64_t n, float y, float) { out[t * N + n] = y; });
+}
+
 // Calls fn.template operator()<S>() with S the precision's activation terms.
 template <typename Fn>
 void with_terms(MatmulPrecision p, Fn&& fn) {
@@ -294,7 +313,17 @@ bool moe_mma_enabled(const Context& ctx) {
 }
 
 bool moe_mma_supported(DType dt, int64_t K) {
-  return (dt == DType::kBF16 || dtype_is_quantized(dt)) && K > 0 && K % 32 == 0 && K % dtype_block_elems(dt) == 0;
+  switch (dt) {
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kMXFP4: return K > 0 && K % 32 == 0 && K % dtype_block_elems(dt) == 0;
+    default: return false;  // F16 / F32 (not exact in BF16), and device-only layouts
+  }
 }
 
 namespace {
@@ -337,6 +366,18 @@ void launch_moe_down_mma(const Context& ctx, DType dt, float* ybuf, const float*
       else
         launch(moe_down_mma_kernel<W, false, S>, grid, kWarps * 32, 0, ctx.stream, ybuf, hbuf, order, offsets, active,
                n_active, weights, down, expert_scale, H, F);
+    });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_block_matmul_mma(const Context& ctx, float* out, const float* x, const void* w, DType dt, int64_t T,
+                             int64_t K, int64_t N) {
+  KCHECK_MSG(T <= int64_t(65535) * kPairs, "matmul: ", T, " rows for the tensor-core block-format kernel");
+  const dim3 grid(unsigned(ceil_div(N, kCols)), unsigned(ceil_div(T, kPairs)));
+  with_weight(dt, [&]<typename W>() {
+    with_terms(ctx.matmul_precision, [&]<int S>() {
+      launch(block_matmul_mma_kernel<W, S>, grid, kWarps * 32, 0, ctx.stream, out, x, w, T, K, N);
     });
   });
   CUDA_CHECK_LAUNCH();

@@ -31,4 +31,10 @@ void launch_moe_down_mma(const Context& ctx, DType dt, float* ybuf, const float*
                          const float* weights, const void* const* down, const float* expert_scale, int64_t H,
                          int64_t F, unsigned expert_rows);
 
+// out [T, N] = x [T, K] times w [N, K]^T for BF16 or block-format w (moe_mma_supported(dt, K)), on
+// the same tensor-core block code: the prefill products matmul_quant's dequantized tiles give (at
+// the context's precision, not kExact), with the weight decoded in registers.
+void launch_block_matmul_mma(const Context& ctx, float* out, const float* x, const void* w, DType dt, int64_t T,
+                             int64_t K, int64_t N);
+
 }  // namespace kestrel::cuda

@@ -238,8 +238,9 @@ constexpr size_t kDequantTileBytes = size_t(64) << 20;
 // The most rows a block-format matmul runs on the tensor-core kernel (moe_mma.cu) rather than on
 // dequantized tiles and cuBLAS: kQuantMmaMaxRows, or KESTREL_CUDA_QUANT_MMA_ROWS from the
 // environment (0: never). Dequantizing the 9B Q4_K_M's matrices costs a step ~24 ms whatever its
-// rows (2026-12-01), where the kernel re-reads a matrix from L2 once per 32 rows; the crossing
-// point is not measured yet (GpuBench.QuantMatmulRows prints both paths).
+// rows (2026-12-01), where the kernel reads a matrix once per 32 rows; the crossing point is not
+// measured yet (QuantGpuTest.BenchQuantGemv's qmatmul_rows_* lines, run with the variable at 0
+// and at 128, time both paths).
 constexpr int64_t kQuantMmaMaxRows = 64;
 static int64_t quant_mma_max_rows() {
   static const int64_t rows = [] {

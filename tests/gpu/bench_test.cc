@@ -34,6 +34,36 @@ class GpuBench : public GpuTest {
     static_cast<CudaOps&>(gpu()).synchronize();
 #endif
   }
+  // E zero-weight experts, gate and up [F, H] in dt and down [H, F] in dt_down, row slices of three
+  // device matrices (as the loader slices a GGUF's expert tensors); the bytes of one expert and a
+  // name for the formats ("Q4_K+Q6_K").
+  struct ZeroExperts {
+    Buffer gate, up, down;
+    ExpertWeights w;
+    double bytes_each = 0;
+    std::string name;
+  };
+  ZeroExperts zero_experts(DType dt, DType dt_down, int E, int H, int F) {
+    ZeroExperts z;
+    z.gate = gpu().alloc(dt, int64_t(E) * F, H);
+    z.up = gpu().alloc(dt, int64_t(E) * F, H);
+    z.down = gpu().alloc(dt_down, int64_t(E) * H, F);
+    for (int e = 0; e < E; ++e) {
+      z.w.gate.push_back(z.gate.view().rows_slice(int64_t(e) * F, F));
+      z.w.up.push_back(z.up.view().rows_slice(int64_t(e) * F, F));
+      z.w.down.push_back(z.down.view().rows_slice(int64_t(e) * H, H));
+    }
+    z.bytes_each = double(2 * F * dtype_row_bytes(dt, H) + H * dtype_row_bytes(dt_down, F));
+    z.name = dt == dt_down ? std::string(dtype_name(dt))
+                           : std::string(dtype_name(dt)) + "+" + std::string(dtype_name(dt_down));
+    return z;
+  }
+  // How many of E experts the [rows, k] host ids route to.
+  static double touched_experts(const Tensor& ids, int E) {
+    std::vector<bool> touched(size_t(E), false);
+    for (int64_t i = 0; i < ids.numel(); ++i) touched[size_t(ids.as<int32_t>()[i])] = true;
+    return double(std::count(touched.begin(), touched.end(), true));
+  }
 };
 
 TEST_F(GpuBench, MatmulDecodeAndPrefill) {
@@ -233,29 +263,17 @@ TEST_F(GpuBench, MoeExpertsDecode) {
   const std::pair<DType, DType> kinds[] = {{DType::kBF16, DType::kBF16}, {DType::kQ8_0, DType::kQ8_0},
                                            {DType::kQ4_K, DType::kQ6_K}};
   for (const auto& [dt, dt_down] : kinds) {
-    Buffer gate = gpu().alloc(dt, int64_t(E) * F, H), upw = gpu().alloc(dt, int64_t(E) * F, H);
-    Buffer down = gpu().alloc(dt_down, int64_t(E) * H, F);
-    ExpertWeights w;
-    for (int e = 0; e < E; ++e) {
-      w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
-      w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
-      w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
-    }
-    const double expert_bytes = double(2 * F * dtype_row_bytes(dt, H) + H * dtype_row_bytes(dt_down, F));
-    const std::string fmt = dt == dt_down ? std::string(dtype_name(dt))
-                                          : std::string(dtype_name(dt)) + "+" + std::string(dtype_name(dt_down));
+    const ZeroExperts z = zero_experts(dt, dt_down, E, H, F);
     for (int T : {1, 8}) {
       Buffer x = random(T, H), logits = random(T, E, 2.0f);
       Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
       cpu_.moe_route(ids, wts, logits, k, true);
-      std::vector<bool> touched(size_t(E), false);
-      for (int i = 0; i < T * k; ++i) touched[size_t(ids.view().as<int32_t>()[i])] = true;
-      const double n_touched = double(std::count(touched.begin(), touched.end(), true));
+      const double n_touched = touched_experts(ids, E);
       Buffer dx = up(x), dids = up(ids), dwts = up(wts), out = gpu().alloc(DType::kF32, T, H);
-      const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 50, 3);
-      const double bytes = n_touched * expert_bytes;
-      std::printf("BENCH moe_experts_decode_%s_T%d %.1f us (%.0f experts, %.1f GB/s of their weights)\n", fmt.c_str(),
-                  T, s * 1e6, n_touched, bytes / s / 1e9);
+      const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, z.w); }, 50, 3);
+      const double bytes = n_touched * z.bytes_each;
+      std::printf("BENCH moe_experts_decode_%s_T%d %.1f us (%.0f experts, %.1f GB/s of their weights)\n",
+                  z.name.c_str(), T, s * 1e6, n_touched, bytes / s / 1e9);
     }
   }
 }
@@ -273,30 +291,19 @@ TEST_F(GpuBench, MoeExpertsPrefill) {
   Buffer x = random(T, H), logits = random(T, E, 2.0f);
   Buffer ids = cpu_.alloc(DType::kI32, T, k), wts = cpu_.alloc(DType::kF32, T, k);
   cpu_.moe_route(ids, wts, logits, k, true);
-  std::vector<bool> touched(size_t(E), false);
-  for (int i = 0; i < T * k; ++i) touched[size_t(ids.view().as<int32_t>()[i])] = true;
-  const double n_touched = double(std::count(touched.begin(), touched.end(), true));
+  const double n_touched = touched_experts(ids, E);
   const double flops = 2.0 * T * k * 3.0 * H * F;
   Buffer dx = up(x), dids = up(ids), dwts = up(wts), out = gpu().alloc(DType::kF32, T, H);
   for (const auto& [dt, dt_down] : kinds) {
-    Buffer gate = gpu().alloc(dt, int64_t(E) * F, H), upw = gpu().alloc(dt, int64_t(E) * F, H);
-    Buffer down = gpu().alloc(dt_down, int64_t(E) * H, F);
-    ExpertWeights w;
-    for (int e = 0; e < E; ++e) {
-      w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
-      w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
-      w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
-    }
-    const double bytes = n_touched * double(2 * F * dtype_row_bytes(dt, H) + H * dtype_row_bytes(dt_down, F));
-    const std::string fmt = dt == dt_down ? std::string(dtype_name(dt))
-                                          : std::string(dtype_name(dt)) + "+" + std::string(dtype_name(dt_down));
+    const ZeroExperts z = zero_experts(dt, dt_down, E, H, F);
+    const double bytes = n_touched * z.bytes_each;
     for (auto [p, name] : {std::pair{MatmulPrecision::kExact, "exact"}, std::pair{MatmulPrecision::kBf16x3, "bf16x3"},
                            std::pair{MatmulPrecision::kBf16, "bf16"}}) {
       cuda.set_matmul_precision(p);
-      const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, w); }, 10, 2);
+      const double s = time([&] { gpu().moe_experts(out, dx, dids, dwts, z.w); }, 10, 2);
       std::printf("BENCH moe_experts_prefill_%s_T%d_%s %.1f us (%.0f experts, %.0f GB/s of their weights, %.1f "
                   "TFLOP/s)\n",
-                  fmt.c_str(), T, name, s * 1e6, n_touched, bytes / s / 1e9, flops / s / 1e12);
+                  z.name.c_str(), T, name, s * 1e6, n_touched, bytes / s / 1e9, flops / s / 1e12);
     }
   }
   cuda.set_matmul_precision(MatmulPrecision::kBf16x3);
@@ -310,14 +317,7 @@ TEST_F(GpuBench, MoeExpertsPrefill) {
 // zero expert weights (the time does not depend on them).
 TEST_F(GpuBench, MoeLayerDecode) {
   const int E = 256, k = 8, H = 2048, F = 512, kRows = 32;
-  Buffer gate = gpu().alloc(DType::kBF16, int64_t(E) * F, H), upw = gpu().alloc(DType::kBF16, int64_t(E) * F, H);
-  Buffer down = gpu().alloc(DType::kBF16, int64_t(E) * H, F);
-  ExpertWeights w;
-  for (int e = 0; e < E; ++e) {
-    w.gate.push_back(gate.view().rows_slice(int64_t(e) * F, F));
-    w.up.push_back(upw.view().rows_slice(int64_t(e) * F, F));
-    w.down.push_back(down.view().rows_slice(int64_t(e) * H, H));
-  }
+  const ZeroExperts z = zero_experts(DType::kBF16, DType::kBF16, E, H, F);
   Buffer shared_down = up(random(DType::kBF16, H, F, 0.02f));
   Buffer logits = up(random(kRows, E, 2.0f)), x = up(random(1, H));
   Buffer g = up(random(1, F)), u = up(random(1, F));
@@ -328,7 +328,7 @@ TEST_F(GpuBench, MoeLayerDecode) {
       [&] {
         gpu().matmul_gated(s, g, u, shared_down, Activation::kSilu);  // may overwrite g: timing only
         gpu().moe_route(ids, wts, logits.view().rows_slice(row++ % kRows, 1), k, true);
-        gpu().moe_experts_shared(out, x, ids, wts, w, s, sg);
+        gpu().moe_experts_shared(out, x, ids, wts, z.w, s, sg);
       },
       64, 32);
   std::printf("BENCH moe_layer_decode_T1 %.1f us (shared down, route, experts)\n", sec * 1e6);

@@ -46,7 +46,7 @@ constexpr int kChunk = 128;         // input columns staged at a time
 constexpr int kStride = kChunk + 32;  // BF16 a staged row (320 bytes)
 
 struct Pass {
-  int64_t src_row[kPairs];  // the staged input row of each pair (its token, or the pair itself)
+  int64_t src_row[kPairs];  // the staged input row of each pair: its token, pair / k (k 1: the pair)
   int64_t pair[kPairs];
 };
 
@@ -79,12 +79,16 @@ __device__ __forceinline__ void stage_terms(__nv_bfloat16* xs, const float* __re
   }
 }
 
-// How the kernels take weights of type W (__nv_bfloat16, or a quant_blocks.cuh tag): the
-// activation terms staged for precision S and whether the weight is split into hi + lo.
+// Whether W (__nv_bfloat16, or a quant_blocks.cuh tag) is a block format.
+template <typename W>
+constexpr bool kBlockFormat = requires { W::kBlockBytes; };
+
+// How the kernels take weights of type W: the activation terms staged for precision S and
+// whether the weight is split into hi + lo.
 template <typename W, int S>
 struct Terms {
-  static constexpr bool kQuant = requires { W::kBlockBytes; };
-  static constexpr bool kLo = kQuant && S == 3;       // w_lo x1 as well
+  static constexpr bool kQuant = kBlockFormat<W>;
+  static constexpr bool kLo = kQuant && S == 3;  // w_lo x1 as well
   static constexpr int kStaged = kQuant ? (S < 2 ? S : 2) : S;
 };
 
@@ -92,7 +96,7 @@ struct Terms {
 // rounded) and, when kLo, lo (the value minus hi, rounded).
 template <typename W, bool kLo>
 __device__ __forceinline__ void load_weights(typename WeightRows<W>::Row row, int64_t k, uint4& hi, uint4& lo) {
-  if constexpr (requires { W::kBlockBytes; }) {
+  if constexpr (kBlockFormat<W>) {
     float f[8];
     W::load8(row, k, f);
     uint32_t h[4], l[4];
@@ -180,12 +184,12 @@ __device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], S
 
 // One block's work: M (1 or 2) matrices [N, K] of expert active[blockIdx.y] (w0, and w1 when M is
 // 2), rows blockIdx.x * kCols .., over the pairs order[begin, end) (pairs begin .. end - 1 when
-// order is null); store(pair, row, sum0, sum1) writes each (pair, row) result (sum1 is 0 when M
-// is 1).
+// order is null), pair p's inputs being row p / k of src; store(pair, row, sum0, sum1) writes
+// each (pair, row) result (sum1 is 0 when M is 1).
 template <typename W, int M, int S, typename Store>
 __device__ __forceinline__ void grouped_products(const void* w0, const void* w1, const float* __restrict__ src,
                                                  const int32_t* __restrict__ order, int begin, int end, int k,
-                                                 int64_t K, int64_t N, bool src_by_token, Store&& store) {
+                                                 int64_t K, int64_t N, Store&& store) {
   constexpr int kStaged = Terms<W, S>::kStaged;
   __shared__ __align__(16) __nv_bfloat16 xs[kStaged * kPairs * kStride];
   __shared__ Pass ps;
@@ -205,7 +209,7 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
     if (threadIdx.x < n) {
       const int64_t p = order ? order[p0 + threadIdx.x] : p0 + threadIdx.x;
       ps.pair[threadIdx.x] = p;
-      ps.src_row[threadIdx.x] = src_by_token ? p / k : p;
+      ps.src_row[threadIdx.x] = p / k;
     }
     float acc[M][kPairs / 8][4];
 #pragma unroll
@@ -251,7 +255,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
-  grouped_products<W, 2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F, true,
+  grouped_products<W, 2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F,
                             [&](int64_t p, int64_t f, float g, float u) { hbuf[p * F + f] = activate(g, A) * u; });
 }
 
@@ -271,7 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
-  grouped_products<W, 1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H, false,
+  grouped_products<W, 1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H,
                             [&](int64_t p, int64_t c, float y, float) {
                               const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
                               ybuf[p * H + c] = wp * y;
@@ -288,7 +292,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                             int64_t T, int64_t K, int64_t N) {
   pdl_begin();
   const int begin = int(blockIdx.y) * kPairs, end = int(T - begin < kPairs ? T : begin + kPairs);
-  grouped_products<W, 1, S>(w, nullptr, x, nullptr, begin, end, 1, K, N, false,
+  grouped_products<W, 1, S>(w, nullptr, x, nullptr, begin, end, 1, K, N,
                             [&](int64_t t, int64_t n, float y, float) { out[t * N + n] = y; });
 }
 

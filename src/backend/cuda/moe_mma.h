@@ -1,6 +1,7 @@
 // The grouped expert products of a prefill step on the tensor cores (moe_mma.cu): BF16 or
-// block-format experts, the pairs already grouped by expert (moe.cu's moe_group_kernel: order, offsets, active,
-// n_active), the activations split into BF16 terms as the dense prefill GEMMs split them.
+// block-format experts, the pairs already grouped by expert (moe.cu's moe_group_kernel: order,
+// offsets, active, n_active), the activations split into BF16 terms as the dense prefill GEMMs
+// split them; and on the same block code, block-format matmuls of a few rows.
 #pragma once
 
 #include <cstdint>

@@ -198,8 +198,9 @@ TEST_F(QuantGpuTest, MatmulPrefillAcrossDequantTiles) {
 
 // 9 to 64 rows take the tensor-core kernel (moe_mma.cu) with the weights decoded in registers:
 // the prefill bound at the default precision (check_matmul), and at bf16x2 / bf16, where the
-// weight is rounded to BF16 (2^-9), within 1e-2 of the CPU's product; rows past a pass of 32 and
-// a row tile past N (N 200: four tiles of 64).
+// weight is rounded to BF16 (2^-9), within 1e-2 of the CPU's product; rows past a pass of 32, a
+// row tile past N (N 200: four tiles of 64), and the inputs split in ranges of one 128-column chunk
+// (a grid of 4 column tiles asks for more blocks than K has chunks), the last of K 1056 32 long.
 TEST_F(QuantGpuTest, MatmulTensorCoresFewRows) {
   for (DType dt : kBlockTypes) {
     const int64_t K = dtype_block_elems(dt) == 256 ? 768 : 1056, N = 200;
@@ -520,9 +521,9 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
       // A few rows: the tensor-core kernel up to KESTREL_CUDA_QUANT_MMA_ROWS (64 unless set), the
       // dequantized tiles and cuBLAS past it; run the bench with the variable at 0 and at 128 to
       // compare the two paths at each row count.
-      if (N == 12288 && (dt == DType::kQ4_K || dt == DType::kQ8_0)) {
+      {
         const char* env = std::getenv("KESTREL_CUDA_QUANT_MMA_ROWS");
-        for (int T : {9, 16, 32, 64, 128}) {
+        for (int T : {9, 16, 24, 32, 48, 64, 128}) {
           Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
           const double s = time([&] { gpu().matmul(out, x, dw0); }, 20);
           std::printf("BENCH qmatmul_rows_%s_T%d_%ldx%ld %.1f us (%.0f GB/s of weights; "

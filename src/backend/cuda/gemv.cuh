@@ -217,6 +217,9 @@ struct MultiTargets {
 // matmul.cu: terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms [n_terms, n],
 // the activations' BF16 split for the cuBLAS paths (split_bf16_kernel).
 void launch_split_bf16(cudaStream_t stream, __nv_bfloat16* terms, const float* x, int64_t n, int n_terms);
+// matmul.cu: out[i] = p[0][i] + p[1][i] + ... (in that order), p [n_terms, n]: per-term or
+// per-range partial products summed.
+void launch_sum_terms(cudaStream_t stream, float* out, const float* p, int64_t n, int n_terms);
 
 // matmul_quant.cu: the block-format GEMV over mt's matrices (each its own format) in `blocks`
 // blocks, T <= kGemvMaxRows rows of x [T, K]; the output columns one of its blocks takes for a

@@ -219,9 +219,7 @@ void launch_cublas_bf16(const Context& ctx, float* out, const float* x, const __
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(cols), int(K), &one, w, CUDA_R_16BF,
                               int(K), terms, CUDA_R_16BF, int(K), &zero, partial, CUDA_R_32F, int(N),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    launch(sum_terms_kernel, unsigned(std::min<int64_t>(ceil_div(T * N, 256), 65535 * 4)), 256, 0, ctx.stream, out,
-           partial, T * N, n_terms);
-    CUDA_CHECK_LAUNCH();
+    launch_sum_terms(ctx.stream, out, partial, T * N, n_terms);
     return;
   }
   for (int j = 0; j < n_terms; ++j) {
@@ -239,6 +237,12 @@ void launch_cublas_f32(const Context& ctx, float* out, const float* x, const flo
 }
 
 }  // namespace
+
+void launch_sum_terms(cudaStream_t stream, float* out, const float* p, int64_t n, int n_terms) {
+  launch(sum_terms_kernel, unsigned(std::min<int64_t>(ceil_div(n, 256), 65535 * 4)), 256, 0, stream, out, p, n,
+         n_terms);
+  CUDA_CHECK_LAUNCH();
+}
 
 void launch_split_bf16(cudaStream_t stream, __nv_bfloat16* terms, const float* x, int64_t n, int n_terms) {
   launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(n, 256), 65535 * 4)), 256, 0, stream, terms, x, n,

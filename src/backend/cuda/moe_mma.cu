@@ -8,7 +8,8 @@
 // kChunk columns at a time in shared memory as S BF16 terms (t1 = bf16(v), t2 = bf16(v - t1),
 // t3 = bf16(v - t1 - t2): split_bf16_kernel's split, S = 3 / 2 / 1 for bf16x3 / bf16x2 / bf16),
 // and each warp runs m16n8k16 mmas with A = 16 weight rows by 16 inputs (BF16, exact) and
-// B = 16 inputs by 8 pairs of one term, F32 accumulators, every term into the same sums. The
+// B = 16 inputs by 8 pairs of one term, F32 accumulators: the first term's products in one set,
+// the smaller ones (the other terms, the weight's lo part) in another (Terms::kCor). The
 // order inside an mma's k is free as long as A and B agree, so a lane (g = lane / 4, c = lane % 4)
 // takes the 8 consecutive inputs 8c .. 8c + 7 of each 32: one 16-byte load of weight row g, one
 // of row g + 8, one of each pair's staged term; the first mma of the 32 takes their elements
@@ -27,11 +28,14 @@
 // moe_mma_enabled keeps deterministic mode and kExact off them.
 //
 // The same block code runs a dense block-format matmul of a few rows (block_matmul_mma_kernel:
-// one "expert", the rows as its pairs, a pass of 32 rows a grid row), which otherwise would
-// dequantize the whole matrix to BF16 tiles for cuBLAS every step (matmul_quant.cu).
+// one "expert", the rows as its pairs, a pass of 32 rows a grid row, the inputs split in ranges
+// so that the grid fills the GPU), which otherwise would dequantize the whole matrix to BF16 tiles
+// for cuBLAS every step (matmul_quant.cu).
+#include <algorithm>
 #include <cstdlib>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/moe_mma.h"
 #include "backend/cuda/quant_blocks.cuh"
@@ -44,6 +48,7 @@ constexpr int kCols = kWarps * 16;  // output rows of the expert's matrix a bloc
 constexpr int kPairs = 32;          // pairs a pass: four n8 tiles
 constexpr int kChunk = 128;         // input columns staged at a time
 constexpr int kStride = kChunk + 32;  // BF16 a staged row (320 bytes)
+constexpr int kSplitBlocksPerSm = 4;  // block_matmul_mma_kernel's grid, at least, when K allows
 
 struct Pass {
   int64_t src_row[kPairs];  // the staged input row of each pair: its token, pair / k (k 1: the pair)
@@ -90,6 +95,12 @@ struct Terms {
   static constexpr bool kQuant = kBlockFormat<W>;
   static constexpr bool kLo = kQuant && S == 3;  // w_lo x1 as well
   static constexpr int kStaged = kQuant ? (S < 2 ? S : 2) : S;
+  // Products beyond w_hi x1 (the staged terms past the first, w_lo x1) go into accumulators of
+  // their own: an mma's F32 sum is aligned to its largest addend and truncated, so a ~2^-8 smaller
+  // product added into the main sums would lose a main-sized ulp each time, ~6 times a 32-input step
+  // at bf16x3 (T 96, H 2080: 1.35e-5 of the result, where the per-term cuBLAS GEMMs, each its own
+  // sums, stay within 1e-5).
+  static constexpr bool kCor = kStaged > 1 || kLo;
 };
 
 // A lane's 8 weights k .. k + 7 of a row as 4 packed BF16 pairs: hi (the weight, or its value
@@ -138,12 +149,14 @@ __device__ __forceinline__ void load_step(StepWeights<M>& sw, const typename Wei
 }
 
 // Accumulates M matrices' 16 rows (this warp's: lo = row g, hi = row g + 8) times the staged
-// pairs over one chunk: acc[m][j] is the 16 x 8 tile of matrix m and pairs 8j .. 8j + 7. BF16
+// pairs over one chunk: acc[m][j] is the 16 x 8 tile of matrix m and pairs 8j .. 8j + 7 of the
+// first term's products, cor[m][j] the same tile of the others' (Terms::kCor). BF16
 // weights arrive in sw already for the chunk's first step (the caller loads them before staging)
 // and each step loads the next one's before its mmas, so a load's latency hides behind a step of
 // mmas; block formats are loaded and decoded at their step (the decode would wait on the loads).
 template <typename W, int M, int S>
-__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], StepWeights<M>& sw,
+__device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], float (&cor)[M][kPairs / 8][4],
+                                               StepWeights<M>& sw,
                                                const typename WeightRows<W>::Row* lo,
                                                const typename WeightRows<W>::Row* hi, const __nv_bfloat16* xs, int n,
                                                int64_t kt, int len) {
@@ -168,12 +181,13 @@ __device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], S
         const uint4 b = *reinterpret_cast<const uint4*>(xs + (s * kPairs + 8 * j + g) * kStride + kc + c8);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          mma16816(acc[m][j], a1[m], b.x, b.y);
-          mma16816(acc[m][j], a2[m], b.z, b.w);
+          float(&sum)[4] = s == 0 ? acc[m][j] : cor[m][j];
+          mma16816(sum, a1[m], b.x, b.y);
+          mma16816(sum, a2[m], b.z, b.w);
           if constexpr (Tm::kLo) {
             if (s == 0) {
-              mma16816(acc[m][j], l1[m], b.x, b.y);
-              mma16816(acc[m][j], l2[m], b.z, b.w);
+              mma16816(cor[m][j], l1[m], b.x, b.y);
+              mma16816(cor[m][j], l2[m], b.z, b.w);
             }
           }
         }
@@ -184,12 +198,13 @@ __device__ __forceinline__ void chunk_products(float (&acc)[M][kPairs / 8][4], S
 
 // One block's work: M (1 or 2) matrices [N, K] of expert active[blockIdx.y] (w0, and w1 when M is
 // 2), rows blockIdx.x * kCols .., over the pairs order[begin, end) (pairs begin .. end - 1 when
-// order is null), pair p's inputs being row p / k of src; store(pair, row, sum0, sum1) writes
-// each (pair, row) result (sum1 is 0 when M is 1).
+// order is null), pair p's inputs being row p / k of src, over the inputs [k0, k1) of K (multiples
+// of kChunk, k1 = K or one); store(pair, row, sum0, sum1) writes each (pair, row) result (sum1 is 0
+// when M is 1).
 template <typename W, int M, int S, typename Store>
 __device__ __forceinline__ void grouped_products(const void* w0, const void* w1, const float* __restrict__ src,
                                                  const int32_t* __restrict__ order, int begin, int end, int k,
-                                                 int64_t K, int64_t N, Store&& store) {
+                                                 int64_t K, int64_t k0, int64_t k1, int64_t N, Store&& store) {
   constexpr int kStaged = Terms<W, S>::kStaged;
   __shared__ __align__(16) __nv_bfloat16 xs[kStaged * kPairs * kStride];
   __shared__ Pass ps;
@@ -211,22 +226,22 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
       ps.pair[threadIdx.x] = p;
       ps.src_row[threadIdx.x] = p / k;
     }
-    float acc[M][kPairs / 8][4];
+    float acc[M][kPairs / 8][4], cor[M][kPairs / 8][4];
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
       for (int j = 0; j < kPairs / 8; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) acc[m][j][i] = cor[m][j][i] = 0.0f;
     StepWeights<M> sw;
-    for (int64_t kt = 0; kt < K; kt += kChunk) {
-      const int len = int(K - kt < kChunk ? K - kt : kChunk);
+    for (int64_t kt = k0; kt < k1; kt += kChunk) {
+      const int len = int(k1 - kt < kChunk ? k1 - kt : kChunk);
       // BF16: the chunk's first weights in flight while the inputs are staged
       if constexpr (!Terms<W, S>::kQuant) load_step<W, M, false>(sw, lo, hi, kt + (lane & 3) * 8);
       __syncthreads();  // ps written; the previous chunk's products done with xs
       stage_terms<kStaged>(xs, src, ps, n, K, kt, len);
       __syncthreads();
-      chunk_products<W, M, S>(acc, sw, lo, hi, xs, n, kt, len);
+      chunk_products<W, M, S>(acc, cor, sw, lo, hi, xs, n, kt, len);
     }
     // C fragment: acc[m][j][0, 1] = (row g, pairs 8j + c2, + 1), [2, 3] = (row g + 8, the same pairs)
 #pragma unroll
@@ -235,7 +250,8 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
       for (int i = 0; i < 4; ++i) {
         const int r = 8 * j + c2 + (i & 1);
         const int64_t row = i < 2 ? row_lo : row_hi;
-        if (r < n && row < N) store(ps.pair[r], row, acc[0][j][i], M > 1 ? acc[M - 1][j][i] : 0.0f);
+        if (r < n && row < N)
+          store(ps.pair[r], row, acc[0][j][i] + cor[0][j][i], M > 1 ? acc[M - 1][j][i] + cor[M - 1][j][i] : 0.0f);
       }
     }
   }
@@ -255,7 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
-  grouped_products<W, 2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, F,
+  grouped_products<W, 2, S>(gate[e], up[e], x, order, offsets[e], offsets[e + 1], k, H, 0, H, F,
                             [&](int64_t p, int64_t f, float g, float u) { hbuf[p * F + f] = activate(g, A) * u; });
 }
 
@@ -275,25 +291,28 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_begin();
   if (int(blockIdx.y) >= *n_active) return;
   const int e = active[blockIdx.y];
-  grouped_products<W, 1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, H,
+  grouped_products<W, 1, S>(down[e], nullptr, hbuf, order, offsets[e], offsets[e + 1], 1, F, 0, F, H,
                             [&](int64_t p, int64_t c, float y, float) {
                               const float wp = Scaled ? weights[p] * expert_scale[e] : weights[p];
                               ybuf[p * H + c] = wp * y;
                             });
 }
 
-// grid: (ceil(N / kCols), ceil(T / kPairs)); kWarps * 32 threads. out = x w^T for a block-format
-// (or BF16) w [N, K]: block (i, j) takes rows i * kCols .. of w and rows j * kPairs .. of x.
+// grid: (ceil(N / kCols), ceil(T / kPairs), ceil(K / ks)); kWarps * 32 threads. out[z] = x w^T over
+// the inputs [z * ks, (z + 1) * ks) for a block-format (or BF16) w [N, K]: block (i, j, z) takes rows
+// i * kCols .. of w and rows j * kPairs .. of x (ks a multiple of kChunk; out [gridDim.z, T, N]).
 template <typename W, int S>
 __global__ void __launch_bounds__(kWarps * 32)
-    block_matmul_mma_kernel(float* __restrict__ out,      // [T, N]
+    block_matmul_mma_kernel(float* __restrict__ out,      // [splits, T, N]
                             const float* __restrict__ x,  // [T, K]
                             const void* __restrict__ w,   // [N, K]
-                            int64_t T, int64_t K, int64_t N) {
+                            int64_t T, int64_t K, int64_t N, int64_t ks) {
   pdl_begin();
   const int begin = int(blockIdx.y) * kPairs, end = int(T - begin < kPairs ? T : begin + kPairs);
-  grouped_products<W, 1, S>(w, nullptr, x, nullptr, begin, end, 1, K, N,
-                            [&](int64_t t, int64_t n, float y, float) { out[t * N + n] = y; });
+  const int64_t k0 = int64_t(blockIdx.z) * ks, k1 = K - k0 < ks ? K : k0 + ks;
+  float* part = out + int64_t(blockIdx.z) * T * N;
+  grouped_products<W, 1, S>(w, nullptr, x, nullptr, begin, end, 1, K, k0, k1, N,
+                            [&](int64_t t, int64_t n, float y, float) { part[t * N + n] = y; });
 }
 
 // Calls fn.template operator()<S>() with S the precision's activation terms.
@@ -378,13 +397,26 @@ void launch_moe_down_mma(const Context& ctx, DType dt, float* ybuf, const float*
 void launch_block_matmul_mma(const Context& ctx, float* out, const float* x, const void* w, DType dt, int64_t T,
                              int64_t K, int64_t N) {
   KCHECK_MSG(T <= int64_t(65535) * kPairs, "matmul: ", T, " rows for the tensor-core block-format kernel");
-  const dim3 grid(unsigned(ceil_div(N, kCols)), unsigned(ceil_div(T, kPairs)));
+  // A few rows give a grid of N / 64 blocks (192 for a 12288-row matrix), a warp or two a
+  // multiprocessor, each waiting on its loads: 148 us for a 9-row Q4_K 12288x4096 on an H100, where
+  // the 8-row GEMV takes 29 (2026-12-05). So the inputs are split into ranges of whole chunks until
+  // the grid has kSplitBlocksPerSm blocks a multiprocessor, each range's products written to its own
+  // partial [T, N] and the partials summed in order (sum_terms: the same bits run to run).
+  const unsigned cols = unsigned(ceil_div(N, kCols)), rows = unsigned(ceil_div(T, kPairs));
+  const int64_t chunks = ceil_div(K, kChunk);
+  const int64_t want = ceil_div(kSplitBlocksPerSm * int64_t(sm_count()), int64_t(cols) * rows);
+  const int64_t ks = ceil_div(chunks, std::clamp<int64_t>(want, 1, chunks)) * kChunk;
+  const int64_t splits = ceil_div(K, ks);
+  float* dst = out;
+  if (splits > 1) dst = static_cast<float*>(ctx.scratch->get(kSlotMatmulPartial, size_t(splits * T * N) * 4));
+  const dim3 grid(cols, rows, unsigned(splits));
   with_weight(dt, [&]<typename W>() {
     with_terms(ctx.matmul_precision, [&]<int S>() {
-      launch(block_matmul_mma_kernel<W, S>, grid, kWarps * 32, 0, ctx.stream, out, x, w, T, K, N);
+      launch(block_matmul_mma_kernel<W, S>, grid, kWarps * 32, 0, ctx.stream, dst, x, w, T, K, N, ks);
     });
   });
   CUDA_CHECK_LAUNCH();
+  if (splits > 1) launch_sum_terms(ctx.stream, out, dst, T * N, int(splits));
 }
 
 }  // namespace kestrel::cuda

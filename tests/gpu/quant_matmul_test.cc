@@ -196,7 +196,8 @@ TEST_F(QuantGpuTest, MatmulPrefillAcrossDequantTiles) {
   check_matmul(x, w, false, "Q8_0 tiled");
 }
 
-// 9 to 64 rows take the tensor-core kernel (moe_mma.cu) with the weights decoded in registers:
+// 9 to 64 rows take the tensor-core kernel (moe_mma.cu) with the weights decoded in registers
+// (Q4_K from 25 rows: up to 24 it runs 8-row GEMV passes, and T 9 checks those):
 // the prefill bound at the default precision (check_matmul), and at bf16x2 / bf16, where the
 // weight is rounded to BF16 (2^-9), within 1e-2 of the CPU's product; rows past a pass of 32, a
 // row tile past N (N 200: four tiles of 64), and the inputs split in ranges of one 128-column chunk
@@ -518,9 +519,10 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
                     bytes / dram / 1e9, dram * 1e6, turns.size());
       }
       const Buffer& dw0 = turns[0];
-      // A few rows: the tensor-core kernel up to KESTREL_CUDA_QUANT_MMA_ROWS (64 unless set), the
-      // dequantized tiles and cuBLAS past it; run the bench with the variable at 0 and at 128 to
-      // compare the two paths at each row count.
+      // A few rows: the tensor-core kernel up to KESTREL_CUDA_QUANT_MMA_ROWS (64 unless set; Q4_K
+      // 8-row GEMV passes up to 24 rows, whatever the variable), the dequantized tiles and cuBLAS
+      // past it; run the bench with the variable at 0 and at 128 to compare the two paths at each
+      // row count (the qgemv T8 line above times one GEMV pass).
       {
         const char* env = std::getenv("KESTREL_CUDA_QUANT_MMA_ROWS");
         for (int T : {9, 16, 24, 32, 48, 64, 128}) {

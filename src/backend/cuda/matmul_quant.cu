@@ -6,8 +6,8 @@
 // rows are a multiple of 8 super-blocks), Q8_0 and other Q6_K the unit GEMV of quant_gemv.cuh,
 // the others the plain GEMV's block code (gemv.cuh) with each 8 weights decoded in registers to
 // ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
-// launch (matmul_multi). From 9 to 64 rows (kQuantMmaMaxRows) the tensor-core kernel of
-// moe_mma.cu decodes the weights in registers; longer prefill steps dequantize the weight to BF16
+// launch (matmul_multi). From 9 to 64 rows (kQuantMmaMaxRows; Q4_K from 25) the tensor-core
+// kernel of moe_mma.cu decodes the weights in registers; longer prefill steps dequantize the weight to BF16
 // in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision) and
 // run cuBLAS on them (matmul_quant).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver's encoder, fetched through the runtime
@@ -237,10 +237,11 @@ constexpr size_t kDequantTileBytes = size_t(64) << 20;
 
 // The most rows a block-format matmul runs on the tensor-core kernel (moe_mma.cu) rather than on
 // dequantized tiles and cuBLAS: kQuantMmaMaxRows, or KESTREL_CUDA_QUANT_MMA_ROWS from the
-// environment (0: never). Dequantizing the 9B Q4_K_M's matrices costs a step ~24 ms whatever its
-// rows (2026-12-01), where the kernel reads a matrix once per 32 rows; the crossing point is not
-// measured yet (QuantGpuTest.BenchQuantGemv's qmatmul_rows_* lines, run with the variable at 0
-// and at 128, time both paths).
+// environment (0: never). On an H100 (2026-12-05, QuantGpuTest.BenchQuantGemv's qmatmul_rows_*
+// lines, bench/results/kernels-moe-mma-fewrows-262fa31-h100-2026-12-05.txt) the kernel beats the
+// dequantized tiles at every row count to 64 for Q4_K, Q6_K, Q8_0 and MXFP4 at 12288x4096 and
+// 4096x12288 (Q4_K 12288x4096: 97 us at 9 rows, 173 at 64, against 213-218), MXFP4 12288x4096 at 64
+// rows aside (221 against 219); at 128 rows the tiles win (228 against 331).
 constexpr int64_t kQuantMmaMaxRows = 64;
 static int64_t quant_mma_max_rows() {
   static const int64_t rows = [] {
@@ -250,15 +251,23 @@ static int64_t quant_mma_max_rows() {
   return rows;
 }
 
-// Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, deterministic
-// mode, kExact), the tensor-core kernel up to quant_mma_max_rows() rows, or (prefill) the weight
+// The most rows a block-format matmul runs as 8-row GEMV passes before the tensor-core kernel.
+// Q4_K's copy-engine GEMV reads a matrix for 8 rows at ~1 TB/s (29 us for 12288x4096 on the H100
+// above), so three passes (88 us for 24 rows) still beat the kernel (93-100 us from 9 to 32 rows);
+// the other formats' 8-row GEMVs run at 270-600 GB/s, and two passes lose already (Q6_K: 157 us
+// against 123 at 16 rows; Q8_0: 286 against 106).
+static int64_t gemv_pass_max_rows(DType dt) { return dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows; }
+
+// Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to
+// gemv_pass_max_rows; deterministic mode and kExact at any T), the tensor-core kernel up to
+// quant_mma_max_rows() rows, or (prefill) the weight
 // dequantized to BF16 a tile of rows at a time and cuBLAS as in matmul.cu's launch_cublas_bf16
 // per-term path, each tile writing its column range of out.
 void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only) {
   const int64_t T = x.rows, K = x.cols, N = w.rows;
   KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
              " weights need 16-byte aligned x and weight rows");
-  if (T <= kGemvMaxRows || gemv_only) {
+  if (T <= gemv_pass_max_rows(w.dtype) || gemv_only) {
     MultiTargets mt{};
     mt.count = 1;
     mt.w[0] = w.data;

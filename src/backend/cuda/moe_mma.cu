@@ -206,6 +206,7 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
                                                  const int32_t* __restrict__ order, int begin, int end, int k,
                                                  int64_t K, int64_t k0, int64_t k1, int64_t N, Store&& store) {
   constexpr int kStaged = Terms<W, S>::kStaged;
+  constexpr bool kCor = Terms<W, S>::kCor;
   __shared__ __align__(16) __nv_bfloat16 xs[kStaged * kPairs * kStride];
   __shared__ Pass ps;
   const int lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
@@ -250,8 +251,9 @@ __device__ __forceinline__ void grouped_products(const void* w0, const void* w1,
       for (int i = 0; i < 4; ++i) {
         const int r = 8 * j + c2 + (i & 1);
         const int64_t row = i < 2 ? row_lo : row_hi;
-        if (r < n && row < N)
-          store(ps.pair[r], row, acc[0][j][i] + cor[0][j][i], M > 1 ? acc[M - 1][j][i] + cor[M - 1][j][i] : 0.0f);
+        const float s0 = kCor ? acc[0][j][i] + cor[0][j][i] : acc[0][j][i];
+        const float s1 = M == 1 ? 0.0f : kCor ? acc[M - 1][j][i] + cor[M - 1][j][i] : acc[M - 1][j][i];
+        if (r < n && row < N) store(ps.pair[r], row, s0, s1);
       }
     }
   }

@@ -34,7 +34,8 @@ void launch_moe_down_mma(const Context& ctx, DType dt, float* ybuf, const float*
 
 // out [T, N] = x [T, K] times w [N, K]^T for BF16 or block-format w (moe_mma_supported(dt, K)), on
 // the same tensor-core block code: the prefill products matmul_quant's dequantized tiles give (at
-// the context's precision, not kExact), with the weight decoded in registers.
+// the context's precision, not kExact), with the weight decoded in registers. A grid too small for
+// the GPU splits K into ranges whose partials go to the kSlotMatmulPartial scratch, summed into out.
 void launch_block_matmul_mma(const Context& ctx, float* out, const float* x, const void* w, DType dt, int64_t T,
                              int64_t K, int64_t N);
 

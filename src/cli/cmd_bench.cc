@@ -2,9 +2,10 @@
 //
 // pp: one sequence prefills P tokens (in --chunk sized steps). tg: B sequences at context depth
 // D decode N tokens each, one token per sequence per step. Each test repeats -r times; the
-// table shows the median and the spread, the bytes each token must stream (weights, plus the KV
-// and recurrent state it reads), the bandwidth that implies, and that as a fraction of the
-// machine's measured copy bandwidth — the roofline of a memory-bound decode.
+// table shows the median and the spread, the bytes each step must stream (the weights it reads,
+// Model::weight_bytes_per_step, plus the KV and recurrent state), the bandwidth that implies, and
+// that as a fraction of the machine's measured copy bandwidth — the roofline of a memory-bound
+// decode.
 #include <algorithm>
 #include <cmath>
 #include <chrono>
@@ -110,23 +111,6 @@ Stats summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-// Weight bytes a step over `rows` rows must read. A mixture-of-experts model reads only the routed
-// experts its rows pick: with E experts, top-k and independent uniform routing, the expected
-// number of distinct experts per layer is E (1 - (1 - k/E)^rows).
-double weight_bytes_per_step(const Model& model, int64_t rows) {
-  const ModelConfig& c = model.config();
-  const double total = double(model.weight_bytes());
-  if (!c.has_moe() || c.moe.n_experts <= 0) return total;
-  int moe_layers = 0;
-  for (bool m : c.layer_moe) moe_layers += m ? 1 : 0;
-  const double E = c.moe.n_experts, k = c.moe.top_k;
-  const double expert_params = double(moe_layers) * E * 3.0 * double(c.hidden_size) * double(c.moe.expert_ffn);
-  const double bytes_per_param = total / double(model.parameter_count());
-  const double experts = expert_params * bytes_per_param;
-  const double touched = E * (1.0 - std::pow(1.0 - k / E, double(rows)));
-  return total - experts + experts * touched / E;
-}
-
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> d(0, int32_t(vocab - 1));
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -190,7 +174,7 @@ int bench_cmd(const Args& args) {
   }
   if (cfg.has_moe())
     std::printf("mixture of experts: a step counts the experts its rows are expected to touch (%s at batch 1)\n",
-                human_bytes(weight_bytes_per_step(*lm.model, 1)).c_str());
+                human_bytes(lm.model->weight_bytes_per_step(1)).c_str());
   std::printf("\n");
   std::printf("%-14s %6s %12s %12s %12s %10s %9s\n", "test", "batch", "t/s", "min t/s", "max t/s", "GB/s", "roofline");
 
@@ -260,7 +244,7 @@ int bench_cmd(const Args& args) {
     }
     // prefill streams the weights once per chunk
     const double steps = double((P + chunk - 1) / chunk);
-    report("pp" + std::to_string(P), 1, 0, tps, weight_bytes_per_step(*lm.model, std::min<int64_t>(P, chunk)),
+    report("pp" + std::to_string(P), 1, 0, tps, lm.model->weight_bytes_per_step(std::min<int64_t>(P, chunk)),
            double(P) / steps);
   }
   for (int64_t N : ns) {
@@ -312,10 +296,10 @@ int bench_cmd(const Args& args) {
           }
           for (auto& s : seqs) runner.finish(s);
         }
-        // per step: all weights once, plus each sequence's KV (depth + N/2 on average) and state
+        // per step: the weights a step reads, plus each sequence's KV (depth + N/2 on average) and state
         const double kv = double(costs.bytes_per_block) / 16.0 * double(D + N / 2) * double(B);
         const double state = 2.0 * double(costs.bytes_per_slot) * double(B);
-        report(name, B, D, tps, weight_bytes_per_step(*lm.model, B) + kv + state, double(B));
+        report(name, B, D, tps, lm.model->weight_bytes_per_step(B) + kv + state, double(B));
         report_graphs(graphs);
       }
     }

@@ -1,5 +1,8 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kestrel {
 
 void Model::capture_hidden(HiddenCapture* capture, const Tensor& x) {
@@ -7,6 +10,28 @@ void Model::capture_hidden(HiddenCapture* capture, const Tensor& x) {
   std::vector<float> host(size_t(x.numel()));
   ops_.to_host_f32(x, host.data());
   capture->layers.push_back(std::move(host));
+}
+
+void Model::gathered_table(const Tensor& table, double rows_per_token) {
+  gathered_bytes_ += table.nbytes();
+  gathered_row_bytes_ += rows_per_token * double(table.row_bytes());
+}
+
+void Model::routed_experts(const ExpertWeights& experts) {
+  for (const auto* list : {&experts.gate, &experts.up, &experts.down}) {
+    for (const Tensor& t : *list) expert_bytes_ += t.nbytes();
+  }
+  ++expert_layers_;
+}
+
+double Model::weight_bytes_per_step(int64_t rows) const {
+  const double gathered = std::min(double(gathered_bytes_), gathered_row_bytes_ * double(rows));
+  double experts = double(expert_bytes_);
+  if (expert_layers_ > 0 && cfg_.moe.n_experts > 0) {
+    const double E = cfg_.moe.n_experts, k = cfg_.moe.top_k;
+    experts *= 1.0 - std::pow(1.0 - k / E, double(rows));  // the touched fraction of each layer's experts
+  }
+  return double(weight_bytes_) - double(gathered_bytes_) - double(expert_bytes_) + gathered + experts;
 }
 
 void Model::norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& final_norm, const Tensor& lm_head,

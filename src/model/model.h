@@ -36,10 +36,22 @@ class Model {
 
   uint64_t parameter_count() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // The weight bytes a step over `rows` token rows has to read (`kestrel bench`'s roofline): every
+  // matrix once, except tables the forward pass only gathers rows from (a token embedding that is
+  // not also the output head, per-layer and n-gram embeddings: the rows gathered) and the routed
+  // experts (with E experts, top-k and independent uniform routing, E (1 - (1 - k/E)^rows)
+  // distinct experts per MoE layer).
+  double weight_bytes_per_step(int64_t rows) const;
 
  protected:
   Model(ModelConfig cfg, Ops& ops) : cfg_(std::move(cfg)), ops_(ops), ws_(ops) {}
   void capture_hidden(HiddenCapture* capture, const Tensor& x);
+  // Records, for weight_bytes_per_step, a loaded table that is only read by gathering rows from
+  // it, `rows_per_token` of its rows a token (a fraction where the rows spread over shards). A
+  // table that is also read whole (a token embedding tied to the head) is not one.
+  void gathered_table(const Tensor& table, double rows_per_token);
+  // Records one layer's routed experts for weight_bytes_per_step.
+  void routed_experts(const ExpertWeights& experts);
   // The end of a forward pass whose residual stream x [T, H] is followed by a final RMSNorm:
   // captures the normed last hidden state (as transformers reports it), then writes the logits
   // [plan.logit_rows.size(), vocab] of the requested rows through lm_head [vocab, H].
@@ -51,6 +63,12 @@ class Model {
   Workspace ws_;
   uint64_t n_params_ = 0;
   uint64_t weight_bytes_ = 0;
+
+ private:
+  uint64_t gathered_bytes_ = 0;      // bytes of the gather-only tables (inside weight_bytes_)
+  double gathered_row_bytes_ = 0;    // bytes a token gathers from them
+  uint64_t expert_bytes_ = 0;        // bytes of every routed expert (inside weight_bytes_)
+  int expert_layers_ = 0;
 };
 
 }  // namespace kestrel

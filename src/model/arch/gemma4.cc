@@ -109,8 +109,10 @@ Gemma4Model::Gemma4Model(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, 
   embed_ = wl.op_weight("embed_tokens.weight", V, H);
   final_norm_ = norm(wl, "norm.weight", H);
   lm_head_ = cfg.tie_embeddings ? embed_ : wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
+  if (!cfg.tie_embeddings) gathered_table(embed_, 1);
   if (P > 0) {
     ple_embed_ = wl.op_weight("embed_tokens_per_layer.weight", cfg.per_layer_vocab, L * P);
+    gathered_table(ple_embed_, 1);
     ple_model_proj_ = wl.op_weight("per_layer_model_projection.weight", L * P, H);
     ple_norm_ = norm(wl, "per_layer_projection_norm.weight", P);
   }
@@ -129,7 +131,10 @@ Gemma4Model::Gemma4Model(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, 
                  .up = wl.op_weight(p + "mlp.up_proj.weight", F, H),
                  .down = wl.op_weight(p + "mlp.down_proj.weight", H, F),
                  .act = Activation::kGeluTanh};
-    if (cfg.layer_moe[size_t(l)]) load_moe(wl, p, layer);
+    if (cfg.layer_moe[size_t(l)]) {
+      load_moe(wl, p, layer);
+      routed_experts(layer.experts);
+    }
     if (P > 0) {
       layer.ple_gate = wl.op_weight(p + "per_layer_input_gate.weight", P, H);
       layer.ple_proj = wl.op_weight(p + "per_layer_projection.weight", H, P);

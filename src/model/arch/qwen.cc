@@ -136,6 +136,7 @@ QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.o
     lm_head_ = embed_;
   } else {
     lm_head_ = wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
+    gathered_table(embed_, 1);
   }
   layers_.resize(size_t(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -163,6 +164,7 @@ QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.o
       mw.experts.up.push_back(ex.up);
       mw.experts.down.push_back(ex.down);
     }
+    routed_experts(mw.experts);
     if (m.shared_ffn > 0) {
       mw.shared = mlp(wl, p + "mlp.shared_expert.", m.shared_ffn);
       if (m.shared_gate) mw.shared_gate = wl.op_weight(p + "mlp.shared_expert_gate.weight", 1, H);

@@ -208,6 +208,7 @@ Qwen4ExpModel::Qwen4ExpModel(const ModelConfig& cfg, WeightLoader& wl) : Model(c
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
   embed_ = wl.op_weight("embed_tokens.weight", V, H);
   lm_head_ = cfg.tie_embeddings ? embed_ : wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
+  if (!cfg.tie_embeddings) gathered_table(embed_, 1);
   mixer_ = hyper(wl, "hyper_connection_mixer.", /*inject=*/false);
   layers_.resize(size_t(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -222,8 +223,16 @@ Qwen4ExpModel::Qwen4ExpModel(const ModelConfig& cfg, WeightLoader& wl) : Model(c
       load_attention(wl, p + "self_attn.", layer);
     }
     load_moe(wl, p + "mlp.", layer);
+    routed_experts(layer.moe.experts);
     layer.ple = cfg.q4.ple_index.empty() ? -1 : cfg.q4.ple_index[size_t(l)];
-    if (layer.ple >= 0) load_ple(wl, p + "ple.", layer);
+    if (layer.ple >= 0) {
+      load_ple(wl, p + "ple.", layer);
+      // A token gathers one row a hash head, spread over the table's shards.
+      const auto& w = layer.ple_w;
+      for (const Tensor& t : w.table) {
+        gathered_table(t, double(w.hash.head_sizes.size()) * double(t.rows) / double(w.hash.padded_rows));
+      }
+    }
   }
   n_params_ = wl.loaded_params();
   weight_bytes_ = wl.loaded_bytes();

@@ -126,6 +126,12 @@ enum ScratchSlot : int {
 // The device's multiprocessors (read once).
 int sm_count();
 
+// The most blocks (at kGemv1Cols columns a warp) of a one-row BF16/F32 GEMV that takes the deep
+// small-grid code (gemv.cuh, kGemv1DeepUnroll): the multiprocessors, or
+// KESTREL_CUDA_GEMV_DEEP_BLOCKS from the environment (0: never). Both codes give the same bits;
+// the knob is there to measure which streams faster at a shape. Read once.
+int64_t gemv_deep_max_blocks();
+
 // Whether launch() (device_util.cuh) asks for programmatic dependent launch: on unless
 // KESTREL_CUDA_PDL=0 (to measure what it buys; results are the same either way). Read once.
 bool pdl_enabled();

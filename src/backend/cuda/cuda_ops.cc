@@ -99,6 +99,14 @@ int sm_count() {
   return n;
 }
 
+int64_t gemv_deep_max_blocks() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("KESTREL_CUDA_GEMV_DEEP_BLOCKS");
+    return v && *v ? std::max<int64_t>(0, std::atoll(v)) : int64_t(sm_count());
+  }();
+  return n;
+}
+
 }  // namespace cuda
 
 struct CudaOps::Impl {

@@ -140,8 +140,9 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
 // kernel before them runs.
 constexpr int kGemv1DeepUnroll = 4, kGemv1DeepCols = 2;
 constexpr int64_t kPrefetchSmallRowMax = 8192;
-// Whether a one-row GEMV launch of `blocks` blocks (at kGemv1Cols columns a warp) is such a grid.
-inline bool small_gemv_grid(int64_t blocks) { return blocks <= sm_count(); }
+// Whether a one-row GEMV launch of `blocks` blocks (at kGemv1Cols columns a warp) is such a grid:
+// at most a block a multiprocessor (gemv_deep_max_blocks).
+inline bool small_gemv_grid(int64_t blocks) { return blocks <= gemv_deep_max_blocks(); }
 
 // R rows at once (2 <= R <= 8), the small-batch decode case: x's rows are staged in shared
 // memory a tile of kGemvTileK columns at a time, and each warp computes kGemv1Cols columns for all

@@ -27,11 +27,16 @@ bench() {
   else "$here/device-bench.sh" "$1" "$preset" "$name" "${@:2}"; fi
 }
 # A is the tree as it is: build it first, since a warm machine's build/ may still hold the binary
-# of a patch an earlier call applied and reverted (reverting the sources does not rebuild).
+# of a patch an earlier call applied and reverted (reverting the sources does not rebuild, and
+# the next call's copy of the tree gives them back their older times: touch_reverted_sources).
+touch_reverted_sources
 cmake --build build -j"$(nproc)" >"$out/build-a.log" 2>&1 || { grep -m3 -A12 error "$out/build-a.log"; exit 1; }
 bench "$out/a" "$@" || exit 1
 git apply "$patch" || exit 1
-trap 'git apply -R "$patch"' EXIT
+# On exit the sources go back to A, and the files the patch touched are noted in build/ so that
+# the next build (this script's or device-cuda-test.sh's, in this call or a later one) rebuilds
+# them: build/ holds B's binary until then.
+trap 'git apply -R "$patch"; git apply --numstat "$patch" | cut -f3 >build/.kestrel-reverted' EXIT
 cmake --build build -j"$(nproc)" >"$out/build-patched.log" 2>&1 || { grep -m3 -A12 error "$out/build-patched.log"; exit 1; }
 echo "patched build ok"
 if [ "$filter" != none ]; then

@@ -21,6 +21,8 @@ export PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$deps
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake.log" 2>&1 ||
   { tail -30 "$out/cmake.log"; exit 1; }
+source "$(dirname "$0")/lib/random-model.sh"  # touch_reverted_sources
+touch_reverted_sources
 cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
 echo "build ok"
 [ "$filter" = none ] && exit 0

@@ -5,6 +5,15 @@ export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD
 models=${MODELS:-/tmp/models}
 mkdir -p "$models"
 
+# touch_reverted_sources: the files scripts/device-ab-patch.sh reverted after building a patch
+# (listed in build/.kestrel-reverted) are touched, so that the next build replaces the patched
+# binary even where a fresh copy of the tree gave the sources times older than build/'s objects.
+touch_reverted_sources() {
+  [ -f build/.kestrel-reverted ] || return 0
+  while read -r f; do [ -f "$f" ] && touch "$f"; done <build/.kestrel-reverted
+  rm -f build/.kestrel-reverted
+}
+
 # ensure_random_model PRESET NAME: $models/NAME holds `kestrel random-model --like PRESET`.
 ensure_random_model() {
   local preset=$1 name=$2 start

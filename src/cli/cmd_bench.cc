@@ -172,9 +172,10 @@ int bench_cmd(const Args& args) {
                 ceiling.flops / 1e12, long(ceiling.t), long(ceiling.n), long(ceiling.k),
                 matmul_precision.empty() ? "" : ", precision ", matmul_precision.c_str());
   }
-  if (cfg.has_moe())
-    std::printf("mixture of experts: a step counts the experts its rows are expected to touch (%s at batch 1)\n",
-                human_bytes(lm.model->weight_bytes_per_step(1)).c_str());
+  if (const double step = lm.model->weight_bytes_per_step(1); step < double(lm.model->weight_bytes()))
+    std::printf("weights a step reads: %s at batch 1 (embedding tables it gathers from count the rows gathered%s)\n",
+                human_bytes(step).c_str(),
+                cfg.has_moe() ? ", routed experts the ones its rows are expected to touch" : "");
   std::printf("\n");
   std::printf("%-14s %6s %12s %12s %12s %10s %9s\n", "test", "batch", "t/s", "min t/s", "max t/s", "GB/s", "roofline");
 
@@ -348,8 +349,9 @@ const Registrar kReg{{
                "is prefilled first, untimed). The tg runs of a test share one runner, so the CUDA step graphs\n"
                "its warm-up run records replay in the timed runs, as in a server.\n"
                "Reports the median tokens/s over -r repetitions (after one warm-up), its spread, and the\n"
-               "achieved memory bandwidth (weights + KV + recurrent state per step; for mixture-of-experts\n"
-               "models only the experts a step is expected to touch) against the measured copy bandwidth.\n"
+               "achieved memory bandwidth (the weights a step reads + KV + recurrent state: of a table a step\n"
+               "only gathers from, as an untied token embedding, the rows gathered; of mixture-of-experts\n"
+               "layers the experts a step is expected to touch) against the measured copy bandwidth.\n"
                "--profile adds one recorded run of each test and prints its time per step by phase\n"
                "(embedding, attention, deltanet, mlp/moe, head, other) and by op, and the time between ops\n"
                "(host work the device waited for); device events time it on the GPU. It also gives the matrix\n"

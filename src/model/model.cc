@@ -21,13 +21,12 @@ void Model::routed_experts(const ExpertWeights& experts) {
   for (const auto* list : {&experts.gate, &experts.up, &experts.down}) {
     for (const Tensor& t : *list) expert_bytes_ += t.nbytes();
   }
-  ++expert_layers_;
 }
 
 double Model::weight_bytes_per_step(int64_t rows) const {
   const double gathered = std::min(double(gathered_bytes_), gathered_row_bytes_ * double(rows));
   double experts = double(expert_bytes_);
-  if (expert_layers_ > 0 && cfg_.moe.n_experts > 0) {
+  if (cfg_.moe.n_experts > 0) {
     const double E = cfg_.moe.n_experts, k = cfg_.moe.top_k;
     experts *= 1.0 - std::pow(1.0 - k / E, double(rows));  // the touched fraction of each layer's experts
   }

@@ -68,7 +68,6 @@ class Model {
   uint64_t gathered_bytes_ = 0;      // bytes of the gather-only tables (inside weight_bytes_)
   double gathered_row_bytes_ = 0;    // bytes a token gathers from them
   uint64_t expert_bytes_ = 0;        // bytes of every routed expert (inside weight_bytes_)
-  int expert_layers_ = 0;
 };
 
 }  // namespace kestrel

@@ -6,29 +6,18 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/files.h"
-#include "model/loader.h"
-#include "support/paths.h"
+#include "support/fixture_model.h"
 
 namespace kestrel {
 namespace {
 
-using test::data_path;
+using test::FixtureModel;
 
-struct Loaded {
-  CpuOps ops;
-  LoadedModel lm;
-  nlohmann::json text;  // the text model's config
-};
-
-std::unique_ptr<Loaded> load_fixture(const std::string& name) {
-  auto l = std::make_unique<Loaded>();
-  const std::string dir = data_path("fixtures/" + name);
-  l->lm = load_model(dir, l->ops);
-  const nlohmann::json cfg = nlohmann::json::parse(read_file(dir + "/config.json"));
-  l->text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
-  return l;
+// The text model's config of a fixture.
+nlohmann::json text_config(const FixtureModel& f) {
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(f.dir + "/config.json"));
+  return cfg.contains("text_config") ? cfg["text_config"] : cfg;
 }
 
 // Every fixture keeps its weights in BF16 on the CPU backend.
@@ -46,9 +35,10 @@ double touched(const nlohmann::json& t, int64_t rows) {
 }
 
 TEST(WeightBytesPerStep, UntiedEmbeddingCountsOnlyTheRowsGathered) {
-  auto l = load_fixture("qwen3_5");
-  const Model& m = *l->lm.model;
-  const double V = l->text["vocab_size"], H = l->text["hidden_size"];
+  FixtureModel f("qwen3_5");
+  const Model& m = f.model();
+  const nlohmann::json t = text_config(f);
+  const double V = t["vocab_size"], H = t["hidden_size"];
   const double all = double(m.weight_bytes());
   EXPECT_DOUBLE_EQ(m.weight_bytes_per_step(1), all - V * H * kBf16 + H * kBf16);
   EXPECT_DOUBLE_EQ(m.weight_bytes_per_step(5), all - V * H * kBf16 + 5 * H * kBf16);
@@ -57,20 +47,21 @@ TEST(WeightBytesPerStep, UntiedEmbeddingCountsOnlyTheRowsGathered) {
 }
 
 TEST(WeightBytesPerStep, TiedEmbeddingIsReadWholeByTheHead) {
-  auto l = load_fixture("qwen3_5_tied");
-  const Model& m = *l->lm.model;
+  FixtureModel f("qwen3_5_tied");
+  const Model& m = f.model();
   EXPECT_DOUBLE_EQ(m.weight_bytes_per_step(1), double(m.weight_bytes()));
   EXPECT_DOUBLE_EQ(m.weight_bytes_per_step(64), double(m.weight_bytes()));
 }
 
 TEST(WeightBytesPerStep, RoutedExpertsCountTheExpectedTouchedShare) {
-  auto l = load_fixture("qwen3_5_moe");
-  const Model& m = *l->lm.model;
-  const double V = l->text["vocab_size"], H = l->text["hidden_size"];
-  const double experts = expert_bytes(l->text);
+  FixtureModel f("qwen3_5_moe");
+  const Model& m = f.model();
+  const nlohmann::json t = text_config(f);
+  const double V = t["vocab_size"], H = t["hidden_size"];
+  const double experts = expert_bytes(t);
   const double rest = double(m.weight_bytes()) - experts - V * H * kBf16;
   for (int64_t rows : {1, 2, 8}) {
-    EXPECT_NEAR(m.weight_bytes_per_step(rows), rest + double(rows) * H * kBf16 + experts * touched(l->text, rows),
+    EXPECT_NEAR(m.weight_bytes_per_step(rows), rest + double(rows) * H * kBf16 + experts * touched(t, rows),
                 1e-6 * experts)
         << rows << " rows";
   }
@@ -78,24 +69,26 @@ TEST(WeightBytesPerStep, RoutedExpertsCountTheExpectedTouchedShare) {
 }
 
 TEST(WeightBytesPerStep, PerLayerEmbeddingsCountTheRowsGathered) {
-  auto l = load_fixture("gemma4_text");  // tied token embedding; per-layer inputs [V_ple, L * P]
-  const Model& m = *l->lm.model;
-  const double V = l->text["vocab_size_per_layer_input"], P = l->text["hidden_size_per_layer_input"];
-  const double L = l->text["num_hidden_layers"];
+  FixtureModel f("gemma4_text");  // tied token embedding; per-layer inputs [V_ple, L * P]
+  const Model& m = f.model();
+  const nlohmann::json t = text_config(f);
+  const double V = t["vocab_size_per_layer_input"], P = t["hidden_size_per_layer_input"];
+  const double L = t["num_hidden_layers"];
   const double all = double(m.weight_bytes());
   EXPECT_DOUBLE_EQ(m.weight_bytes_per_step(1), all - V * L * P * kBf16 + L * P * kBf16);
   EXPECT_DOUBLE_EQ(m.weight_bytes_per_step(3), all - V * L * P * kBf16 + 3 * L * P * kBf16);
 }
 
 TEST(WeightBytesPerStep, NgramTablesCountOneRowAHashHead) {
-  auto l = load_fixture("qwen4_exp");  // untied token embedding; n-gram tables in its PLE layers
-  const Model& m = *l->lm.model;
-  const double H = l->text["hidden_size"];
+  FixtureModel f("qwen4_exp");  // untied token embedding; n-gram tables in its PLE layers
+  const Model& m = f.model();
+  const nlohmann::json t = text_config(f);
+  const double H = t["hidden_size"];
   // A hash head's row is ple_embed_dim / heads wide, so a token reads ple_embed_dim values a layer.
-  const double ple = l->text["ple_embed_dim"], ple_layers = double(l->text["ple_layer_ids"].size());
-  const double per_row = H * kBf16 + ple_layers * ple * kBf16, experts = expert_bytes(l->text);
+  const double ple = t["ple_embed_dim"], ple_layers = double(t["ple_layer_ids"].size());
+  const double per_row = H * kBf16 + ple_layers * ple * kBf16, experts = expert_bytes(t);
   for (int64_t rows : {2, 9}) {
-    const double want = double(rows - 1) * per_row + experts * (touched(l->text, rows) - touched(l->text, 1));
+    const double want = double(rows - 1) * per_row + experts * (touched(t, rows) - touched(t, 1));
     EXPECT_NEAR(m.weight_bytes_per_step(rows) - m.weight_bytes_per_step(1), want, 1e-6 * per_row) << rows << " rows";
   }
   EXPECT_NEAR(m.weight_bytes_per_step(1 << 24), double(m.weight_bytes()), 1e-9 * double(m.weight_bytes()));

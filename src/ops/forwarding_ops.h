@@ -125,6 +125,10 @@ class ForwardingOps : public Ops {
   void stream_gate(const Tensor& g, const Tensor& a, const Tensor& b) override {
     run("stream_gate", [&] { inner_.stream_gate(g, a, b); });
   }
+  void gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                 Activation act, const Tensor& g, const Tensor& u) override {
+    run("gated_mlp", [&] { inner_.gated_mlp(y, x, gate, up, down, act, g, u); });
+  }
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
     run("matmul_gated", [&] { inner_.matmul_gated(out, gate, up, w, act); });
   }

@@ -283,6 +283,17 @@ class Ops {
   virtual void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
     for (const MatmulTarget& t : targets) matmul(t.out, x, t.w);
   }
+  // A gated MLP, y = (act(x · gateᵀ) * (x · upᵀ)) · downᵀ, with g and u [T, F] as scratch (g may
+  // end holding the product): matmul_multi(x, {g, gate}, {u, up}) then matmul_gated(y, g, u, down,
+  // act), which is what this default runs. CUDA one-row steps whose down projection does not fuse
+  // its activation (K > 1024) form the product in the gate and up GEMV's epilogue instead: one
+  // launch fewer, the same bits.
+  virtual void gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                         Activation act, const Tensor& g, const Tensor& u) {
+    const MatmulTarget proj[] = {{g, gate}, {u, up}};
+    matmul_multi(x, proj);
+    matmul_gated(y, g, u, down, act);
+  }
 
   // ---- attention ----
   // RoPE on each head of x [T, n_heads * head_dim] in place, at the plan's positions. The angle

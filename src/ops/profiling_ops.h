@@ -78,6 +78,13 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
     if (recording_) profile_.matmul_flops += 2.0 * double(gate.rows) * double(w.rows) * double(gate.cols);
     ForwardingOps::matmul_gated(out, gate, up, w, act);
   }
+  void gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                 Activation act, const Tensor& g, const Tensor& u) override {
+    if (recording_)
+      profile_.matmul_flops += 2.0 * double(x.rows) * (2.0 * double(gate.rows) * double(x.cols) +
+                                                       double(down.rows) * double(down.cols));
+    ForwardingOps::gated_mlp(y, x, gate, up, down, act, g, u);
+  }
   void matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
                               const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                               bool norm_topk) override {

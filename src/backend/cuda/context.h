@@ -194,6 +194,10 @@ void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor&
                             const Tensor& w, Activation act, const Tensor& ids, const Tensor& weights,
                             const Tensor& logits, int top_k, bool norm_topk);
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
+// Ops::gated_mlp: one row's gate and up GEMVs with act(g) * u in their epilogue, then the down
+// GEMV, where matmul_gated would take two launches; matmul_multi and matmul_gated otherwise.
+void gated_mlp(const Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
+               const Tensor& down, Activation act, const Tensor& g, const Tensor& u);
 void rope(const Context& ctx, const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan);
 // Ops::qk_norm_rope as one launch, when the shapes suit its kernel (head_dim a multiple of 32, at
 // most 256): returns false, having done nothing, otherwise.

@@ -484,6 +484,10 @@ void CudaOps::matmul_gated_and_route(const Tensor& out, const Tensor& gate, cons
                                      int top_k, bool norm_topk) {
   cuda::matmul_gated_and_route(ctx(), out, gate, up, w, act, ids, weights, logits, top_k, norm_topk);
 }
+void CudaOps::gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                        Activation act, const Tensor& g, const Tensor& u) {
+  cuda::gated_mlp(ctx(), y, x, gate, up, down, act, g, u);
+}
 void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
   cuda::matmul_multi(ctx(), x, targets);
 }

@@ -88,6 +88,8 @@ class CudaOps final : public Ops, public StepGraphs {
                               const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                               bool norm_topk) override;
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override;
+  void gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
+                 Activation act, const Tensor& g, const Tensor& u) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;
   void qk_norm_rope(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, int head_dim,
                     float eps, const RopeConfig& rope_cfg, const StepPlan& plan) override;

@@ -77,21 +77,14 @@ struct ActMulX {
   __host__ __device__ ActMulX rows_from(int64_t i) const { return {gate + i, up + i}; }
 };
 
-// The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
-// exactly the same code for each of its matrices). U: steps of the k loop a lane has in flight
-// (U > 2: U * C weight loads issued before the sums that use them), C the columns a warp takes
-// (kGemv1Cols, or fewer); the sums are the same for any U and C (each column's in k order).
-template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols>
-__device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x, const void* __restrict__ w, int64_t K,
-                                            int64_t N, int64_t block) {
+// The k loop of gemv1_block: each lane's partial sums of the C weight rows wr[c] against x. U:
+// steps of the loop a lane has in flight (U > 2: U * C weight loads issued before the sums that
+// use them); the sums are the same for any U and C (each row's in k order).
+template <typename W, typename XS, int U, int C>
+__device__ __forceinline__ void gemv1_sums(float (&acc)[C], const XS x, const typename WeightRows<W>::Row (&wr)[C],
+                                           int64_t K) {
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
-  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * C;
-  if (n0 >= N) return;
-  typename Rows::Row wr[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
-  float acc[C] = {};
   if constexpr (U > 2) {  // U steps' loads issued before their sums: the same sums in the same order
     for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += 256 * U) {
       float4 a[U], b[U];
@@ -125,10 +118,59 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
         acc[c] += dot8(a, b, wf[c]);
     }
   }
+}
+
+// The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
+// exactly the same code for each of its matrices): C columns a warp (kGemv1Cols, or fewer), U
+// steps in flight (gemv1_sums).
+template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols>
+__device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x, const void* __restrict__ w, int64_t K,
+                                            int64_t N, int64_t block) {
+  using Rows = WeightRows<W>;
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * C;
+  if (n0 >= N) return;
+  typename Rows::Row wr[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
+  float acc[C] = {};
+  gemv1_sums<W, XS, U, C>(acc, x, wr, K);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const float sum = warp_sum(acc[c]);
     if (lane == 0 && n0 + c < N) out[n0 + c] = sum;
+  }
+}
+
+// One row of a gated MLP's gate and up projections with the activation product in the epilogue:
+// a warp sums rows j0, j0 + 1 of gate and of up (kGemv1Cols = 4 rows, each in gemv1_block's
+// order, so g and u have matmul's bits) and writes a[j] = act(g_j) * u_j (ActMulX's expression,
+// the one silu_mul / gelu_tanh_mul store). grid: ceil(F / (kGemvWarps * 2)).
+template <typename W, Activation A>
+__device__ __forceinline__ void gemv1_act_pair_block(float* __restrict__ a, const float* __restrict__ x,
+                                                     const void* __restrict__ gate, const void* __restrict__ up,
+                                                     int64_t K, int64_t F, int64_t block) {
+  static_assert(kGemv1Cols == 4, "a warp takes two gate rows and the two up rows beside them");
+  using Rows = WeightRows<W>;
+  const int lane = threadIdx.x & 31;
+  const int64_t j0 = (block * kGemvWarps + (threadIdx.x >> 5)) * 2;
+  if (j0 >= F) return;
+  typename Rows::Row wr[4];
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int64_t j = j0 + c < F ? j0 + c : F - 1;  // tail: read, drop
+    wr[c] = Rows::row(gate, j, K);
+    wr[2 + c] = Rows::row(up, j, K);
+  }
+  float acc[4] = {};
+  gemv1_sums<W, PlainX, 2, 4>(acc, PlainX{x}, wr, K);
+  float sum[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) sum[c] = warp_sum(acc[c]);
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      if (j0 + c < F) a[j0 + c] = ActMulX<A>::act_mul(sum[c], sum[2 + c]);
   }
 }
 

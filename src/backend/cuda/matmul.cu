@@ -34,6 +34,21 @@ __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
   gemv1_block<W, XS, U, C>(out, x, w, K, N, blockIdx.x);
 }
 
+// One row of a gated MLP's gate and up projections, a[j] = act(g_j) * u_j (gemv1_act_pair_block);
+// grid: ceil(F / (kGemvWarps * 2)).
+template <typename W, Activation A>
+__global__ void gemv1_act_pair_kernel(float* __restrict__ a,        // [1, F]
+                                      const float* __restrict__ x,  // [1, K]
+                                      const W* __restrict__ gate,   // [F, K]
+                                      const W* __restrict__ up,     // [F, K]
+                                      int64_t K, int64_t F) {
+  const int64_t j0 = int64_t(blockIdx.x) * kGemvWarps * 2;
+  prefetch_rows(gate, K * int64_t(sizeof(W)), j0, kGemvWarps * 2, F);
+  prefetch_rows(up, K * int64_t(sizeof(W)), j0, kGemvWarps * 2, F);
+  pdl_begin();
+  gemv1_act_pair_block<W, A>(a, x, gate, up, K, F, blockIdx.x);
+}
+
 // R rows, 2 <= R <= 8 (gemv_rows_block); grid: ceil(N / (kGemvWarps * kGemv1Cols)).
 template <typename W, int R, typename XS>
 __global__ void gemv_rows_kernel(float* __restrict__ out,  // [R, N]
@@ -457,6 +472,36 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     }
     CUDA_CHECK_LAUNCH();
   });
+}
+
+void gated_mlp(const Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
+               const Tensor& down, Activation act, const Tensor& g, const Tensor& u) {
+  const int64_t K = x.cols, F = gate.rows;
+  // The pair kernel's shapes: one F32 row, plain weights of one dtype with aligned rows (what
+  // matmul_multi's one-row GEMV takes), and a down projection matmul_gated would not fuse.
+  const bool pair = x.rows == 1 && x.dtype == DType::kF32 && x.device == Device::kCuda && K % 8 == 0 &&
+                    aligned16(x.data) && !dtype_is_quantized(gate.dtype) && gate.dtype != DType::kI32 &&
+                    up.dtype == gate.dtype && gate.device == Device::kCuda && up.device == Device::kCuda &&
+                    gate.cols == K && up.cols == K && up.rows == F && F > 0 && aligned16(gate.data) &&
+                    aligned16(up.data) && g.rows == 1 && g.cols == F && g.dtype == DType::kF32 &&
+                    g.device == Device::kCuda && aligned16(g.data) &&
+                    (act == Activation::kSilu || act == Activation::kGeluTanh) && !gated_gemv_fits(y, g, u, down);
+  if (!pair) {
+    const MatmulTarget proj[] = {{g, gate}, {u, up}};
+    matmul_multi(ctx, x, proj);
+    matmul_gated(ctx, y, g, u, down, act);
+    return;
+  }
+  dispatch_weight(gate.dtype, "gated_mlp", [&]<typename W>() {
+    const auto run = [&]<Activation A>() {
+      launch(gemv1_act_pair_kernel<W, A>, unsigned(ceil_div(F, kGemvWarps * 2)), kGemvWarps * 32, 0, ctx.stream,
+             g.f32(), x.f32(), gate.as<const W>(), up.as<const W>(), K, F);
+    };
+    if (act == Activation::kGeluTanh) run.template operator()<Activation::kGeluTanh>();
+    else run.template operator()<Activation::kSilu>();
+    CUDA_CHECK_LAUNCH();
+  });
+  matmul(ctx, y, g, down);  // what matmul_gated runs after its silu_mul / gelu_tanh_mul
 }
 
 }  // namespace kestrel::cuda

@@ -72,9 +72,7 @@ void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, co
   const int64_t T = x.rows, F = w.gate.rows;
   Tensor g = ws.take(T, F);
   Tensor u = ws.take(T, F);
-  const MatmulTarget proj[] = {{g, w.gate}, {u, w.up}};
-  ops.matmul_multi(x, proj);
-  ops.matmul_gated(y, g, u, w.down, w.act);
+  ops.gated_mlp(y, x, w.gate, w.up, w.down, w.act, g, u);
 }
 
 void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y) {

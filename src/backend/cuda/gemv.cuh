@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/context.h"
@@ -77,16 +79,93 @@ struct ActMulX {
   __host__ __device__ ActMulX rows_from(int64_t i) const { return {gate + i, up + i}; }
 };
 
+// A plain dtype's 8 consecutive weights as loaded (16 bytes; F32 32), and their floats: load8
+// (device_util.cuh) in two steps, so the loads a one-row GEMV issues before its wait
+// (gemv1_sums) stay in flight across it, converted where the sums use them.
+template <typename W>
+struct Raw8 {
+  uint4 v;
+  __device__ __forceinline__ static Raw8 load(const W* p) { return {*reinterpret_cast<const uint4*>(p)}; }
+  __device__ __forceinline__ void floats(float (&f)[8]) const {
+    using W2 = std::conditional_t<std::is_same_v<W, __half>, __half2, __nv_bfloat162>;
+    const W2* h = reinterpret_cast<const W2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 t;
+      if constexpr (std::is_same_v<W, __half>) t = __half22float2(h[i]);
+      else t = __bfloat1622float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  }
+};
+template <>
+struct Raw8<float> {
+  float4 a, b;
+  __device__ __forceinline__ static Raw8 load(const float* p) {
+    return {*reinterpret_cast<const float4*>(p), *reinterpret_cast<const float4*>(p + 4)};
+  }
+  __device__ __forceinline__ void floats(float (&f)[8]) const {
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+};
+
+// Where a one-row GEMV block has issued its first weight loads and not yet its activations'.
+// NoWait: the kernel ran pdl_begin() before the block. PdlWait: the kernel leaves pdl_begin() to
+// the block, which issues its first U steps' weights before it (a plain dtype's; block formats
+// wait first). A step's kernels never write weights, so they may be read while the kernel
+// before still runs: the first loads' DRAM latency leaves the chain of dependent launches, where
+// the L2 prefetch before the wait (prefetch_rows) still left an L2 round trip. Every thread
+// calls the wait once, before its first activation load and before any store or early exit.
+struct NoWait {
+  __device__ __forceinline__ void operator()() const {}
+};
+struct PdlWait {
+  __device__ __forceinline__ void operator()() const { pdl_begin(); }
+};
+
 // The k loop of gemv1_block: each lane's partial sums of the C weight rows wr[c] against x. U:
 // steps of the loop a lane has in flight (U > 2: U * C weight loads issued before the sums that
-// use them); the sums are the same for any U and C (each row's in k order).
-template <typename W, typename XS, int U, int C>
+// use them); the sums are the same for any U and C, and with either wait (each row's in k order).
+template <typename W, typename XS, int U, int C, typename Wait = NoWait>
 __device__ __forceinline__ void gemv1_sums(float (&acc)[C], const XS x, const typename WeightRows<W>::Row (&wr)[C],
-                                           int64_t K) {
+                                           int64_t K, Wait wait = {}) {
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
+  int64_t first = int64_t(lane) * 8;  // this lane's first k of the loops below
+  if constexpr (!std::is_same_v<Wait, NoWait>) {
+    if constexpr (std::is_same_v<typename Rows::Row, const W*>) {  // plain: the first U steps' weights first
+      Raw8<W> raw[U][C];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (first + 256 * u < K)
+#pragma unroll
+          for (int c = 0; c < C; ++c) raw[u][c] = Raw8<W>::load(wr[c] + first + 256 * u);
+      wait();
+      float4 a[U], b[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (first + 256 * u < K) {
+          a[u] = x.load4(first + 256 * u);
+          b[u] = x.load4(first + 256 * u + 4);
+        }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (first + 256 * u >= K) break;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          float wf[8];
+          raw[u][c].floats(wf);
+          acc[c] += dot8(a[u], b[u], wf);
+        }
+      }
+      first += 256 * U;
+    } else {
+      wait();
+    }
+  }
   if constexpr (U > 2) {  // U steps' loads issued before their sums: the same sums in the same order
-    for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += 256 * U) {
+    for (int64_t k0 = first; k0 < K; k0 += 256 * U) {
       float4 a[U], b[U];
       float wf[U][C][8];
 #pragma unroll
@@ -107,7 +186,7 @@ __device__ __forceinline__ void gemv1_sums(float (&acc)[C], const XS x, const ty
     }
   } else {
 #pragma unroll U
-    for (int64_t k = int64_t(lane) * 8; k < K; k += 256) {
+    for (int64_t k = first; k < K; k += 256) {
       const float4 a = x.load4(k);
       const float4 b = x.load4(k + 4);
       float wf[C][8];
@@ -122,19 +201,22 @@ __device__ __forceinline__ void gemv1_sums(float (&acc)[C], const XS x, const ty
 
 // The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
 // exactly the same code for each of its matrices): C columns a warp (kGemv1Cols, or fewer), U
-// steps in flight (gemv1_sums).
-template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols>
+// steps in flight (gemv1_sums), the kernel's wait where Wait says (gemv1_sums).
+template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols, typename Wait = NoWait>
 __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x, const void* __restrict__ w, int64_t K,
-                                            int64_t N, int64_t block) {
+                                            int64_t N, int64_t block, Wait wait = {}) {
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
   const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * C;
-  if (n0 >= N) return;
+  if (n0 >= N) {
+    wait();
+    return;
+  }
   typename Rows::Row wr[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
   float acc[C] = {};
-  gemv1_sums<W, XS, U, C>(acc, x, wr, K);
+  gemv1_sums<W, XS, U, C>(acc, x, wr, K, wait);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const float sum = warp_sum(acc[c]);
@@ -146,15 +228,18 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
 // a warp sums rows j0, j0 + 1 of gate and of up (kGemv1Cols = 4 rows, each in gemv1_block's
 // order, so g and u have matmul's bits) and writes a[j] = act(g_j) * u_j (ActMulX's expression,
 // the one silu_mul / gelu_tanh_mul store). grid: ceil(F / (kGemvWarps * 2)).
-template <typename W, Activation A>
+template <typename W, Activation A, typename Wait = NoWait>
 __device__ __forceinline__ void gemv1_act_pair_block(float* __restrict__ a, const float* __restrict__ x,
                                                      const void* __restrict__ gate, const void* __restrict__ up,
-                                                     int64_t K, int64_t F, int64_t block) {
+                                                     int64_t K, int64_t F, int64_t block, Wait wait = {}) {
   static_assert(kGemv1Cols == 4, "a warp takes two gate rows and the two up rows beside them");
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
   const int64_t j0 = (block * kGemvWarps + (threadIdx.x >> 5)) * 2;
-  if (j0 >= F) return;
+  if (j0 >= F) {
+    wait();
+    return;
+  }
   typename Rows::Row wr[4];
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
@@ -163,7 +248,7 @@ __device__ __forceinline__ void gemv1_act_pair_block(float* __restrict__ a, cons
     wr[2 + c] = Rows::row(up, j, K);
   }
   float acc[4] = {};
-  gemv1_sums<W, PlainX, 2, 4>(acc, PlainX{x}, wr, K);
+  gemv1_sums<W, PlainX, 2, 4>(acc, PlainX{x}, wr, K, wait);
   float sum[4];
 #pragma unroll
   for (int c = 0; c < 4; ++c) sum[c] = warp_sum(acc[c]);

@@ -30,8 +30,7 @@ __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
                              const W* __restrict__ w,  // [N, K]
                              int64_t K, int64_t N, int64_t prefetch_row_max) {
   prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * C, kGemvWarps * C, N, prefetch_row_max);
-  pdl_begin();
-  gemv1_block<W, XS, U, C>(out, x, w, K, N, blockIdx.x);
+  gemv1_block<W, XS, U, C>(out, x, w, K, N, blockIdx.x, PdlWait{});  // pdl_begin after the first weight loads
 }
 
 // One row of a gated MLP's gate and up projections, a[j] = act(g_j) * u_j (gemv1_act_pair_block);
@@ -45,8 +44,7 @@ __global__ void gemv1_act_pair_kernel(float* __restrict__ a,        // [1, F]
   const int64_t j0 = int64_t(blockIdx.x) * kGemvWarps * 2;
   prefetch_rows(gate, K * int64_t(sizeof(W)), j0, kGemvWarps * 2, F);
   prefetch_rows(up, K * int64_t(sizeof(W)), j0, kGemvWarps * 2, F);
-  pdl_begin();
-  gemv1_act_pair_block<W, A>(a, x, gate, up, K, F, blockIdx.x);
+  gemv1_act_pair_block<W, A>(a, x, gate, up, K, F, blockIdx.x, PdlWait{});  // pdl_begin after the first weight loads
 }
 
 // R rows, 2 <= R <= 8 (gemv_rows_block); grid: ceil(N / (kGemvWarps * kGemv1Cols)).
@@ -72,12 +70,12 @@ __global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, i
   const void* w = t.w[m];
   prefetch_rows(w, t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m],
                 Deep ? kPrefetchSmallRowMax : kPrefetchRowMax);
-  pdl_begin();
-  if constexpr (R == 1 && Deep) {
-    gemv1_block<W, PlainX, kGemv1DeepUnroll, kGemv1DeepCols>(t.out[m], PlainX{x}, w, K, t.n[m], block);
+  if constexpr (R == 1 && Deep) {  // one row: pdl_begin after the first weight loads
+    gemv1_block<W, PlainX, kGemv1DeepUnroll, kGemv1DeepCols>(t.out[m], PlainX{x}, w, K, t.n[m], block, PdlWait{});
   } else if constexpr (R == 1) {
-    gemv1_block<W>(t.out[m], PlainX{x}, w, K, t.n[m], block);
+    gemv1_block<W, PlainX, 2, kGemv1Cols>(t.out[m], PlainX{x}, w, K, t.n[m], block, PdlWait{});
   } else {
+    pdl_begin();
     __shared__ __align__(16) float xs[R * kGemvTileK];
     gemv_rows_block<W, R>(t.out[m], PlainX{x}, w, K, t.n[m], block, xs);
   }
@@ -349,10 +347,10 @@ __global__ void gated_route_kernel(float* __restrict__ out,  // [R, N]
   if (blockIdx.x < gemv_blocks) {
     prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * kGemv1Cols, kGemvWarps * kGemv1Cols,
                   N);
-    pdl_begin();
-    if constexpr (R == 1) {
-      gemv1_block<W, ActMulX<A>>(out, x, w, K, N, blockIdx.x);
+    if constexpr (R == 1) {  // pdl_begin after the first weight loads
+      gemv1_block<W, ActMulX<A>, 2, kGemv1Cols>(out, x, w, K, N, blockIdx.x, PdlWait{});
     } else {
+      pdl_begin();
       __shared__ __align__(16) float xs[R * kGemvTileK];
       gemv_rows_block<W, R, ActMulX<A>>(out, x, w, K, N, blockIdx.x, xs);
     }

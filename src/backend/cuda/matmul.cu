@@ -415,22 +415,34 @@ void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor&
   });
 }
 
-void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+namespace {
+
+// Whether matmul_multi runs its targets in one launch: every matrix would take the vectorized
+// GEMV kernels with one row group (T <= kGemvMaxRows takes them in every mode).
+bool multi_gemv_fits(const Tensor& x, std::span<const MatmulTarget> targets) {
   const int64_t T = x.rows, K = x.cols;
-  // One launch where every matrix would take the vectorized GEMV kernels with one row group (T <=
-  // kGemvMaxRows takes them in every mode); otherwise each its own matmul. Same results either way.
-  bool fused = !targets.empty() && int(targets.size()) <= kMultiMax && T >= 1 && T <= kGemvMaxRows &&
-               K % 8 == 0 && aligned16(x.data) && x.dtype == DType::kF32 && x.device == Device::kCuda;
+  bool fits = !targets.empty() && int(targets.size()) <= kMultiMax && T >= 1 && T <= kGemvMaxRows && K % 8 == 0 &&
+              aligned16(x.data) && x.dtype == DType::kF32 && x.device == Device::kCuda;
   const bool quant = !targets.empty() && dtype_is_quantized(targets[0].w.dtype);
   for (const MatmulTarget& t : targets) {
     // block formats may mix (Q4_K with Q6_K); plain dtypes must all be the same
-    fused = fused && (quant ? dtype_is_quantized(t.w.dtype) : t.w.dtype == targets[0].w.dtype) && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) &&
-            t.w.device == Device::kCuda && t.out.rows == T && t.out.cols == t.w.rows && t.out.dtype == DType::kF32;
+    fits = fits && (quant ? dtype_is_quantized(t.w.dtype) : t.w.dtype == targets[0].w.dtype) && t.w.cols == K &&
+           t.w.rows > 0 && aligned16(t.w.data) && t.w.device == Device::kCuda && t.out.rows == T &&
+           t.out.cols == t.w.rows && t.out.dtype == DType::kF32;
   }
-  if (!fused) {
+  return fits;
+}
+
+}  // namespace
+
+void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t T = x.rows, K = x.cols;
+  // One launch (multi_gemv_fits), otherwise each its own matmul. Same results either way.
+  if (!multi_gemv_fits(x, targets)) {
     for (const MatmulTarget& t : targets) matmul(ctx, t.out, x, t.w);
     return;
   }
+  const bool quant = dtype_is_quantized(targets[0].w.dtype);
   MultiTargets mt{};
   mt.count = int(targets.size());
   int64_t blocks = 0;
@@ -475,17 +487,13 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
 void gated_mlp(const Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
                const Tensor& down, Activation act, const Tensor& g, const Tensor& u) {
   const int64_t K = x.cols, F = gate.rows;
-  // The pair kernel's shapes: one F32 row, plain weights of one dtype with aligned rows (what
-  // matmul_multi's one-row GEMV takes), and a down projection matmul_gated would not fuse.
-  const bool pair = x.rows == 1 && x.dtype == DType::kF32 && x.device == Device::kCuda && K % 8 == 0 &&
-                    aligned16(x.data) && !dtype_is_quantized(gate.dtype) && gate.dtype != DType::kI32 &&
-                    up.dtype == gate.dtype && gate.device == Device::kCuda && up.device == Device::kCuda &&
-                    gate.cols == K && up.cols == K && up.rows == F && F > 0 && aligned16(gate.data) &&
-                    aligned16(up.data) && g.rows == 1 && g.cols == F && g.dtype == DType::kF32 &&
-                    g.device == Device::kCuda && aligned16(g.data) &&
+  const MatmulTarget proj[] = {{g, gate}, {u, up}};
+  // The pair kernel's shapes: one row that matmul_multi would take in one launch, over plain
+  // weights of one shape, and a down projection matmul_gated would not fuse.
+  const bool pair = x.rows == 1 && multi_gemv_fits(x, proj) && !dtype_is_quantized(gate.dtype) &&
+                    gate.dtype != DType::kI32 && up.rows == F && g.device == Device::kCuda && aligned16(g.data) &&
                     (act == Activation::kSilu || act == Activation::kGeluTanh) && !gated_gemv_fits(y, g, u, down);
   if (!pair) {
-    const MatmulTarget proj[] = {{g, gate}, {u, up}};
     matmul_multi(ctx, x, proj);
     matmul_gated(ctx, y, g, u, down, act);
     return;

@@ -444,8 +444,11 @@ __global__ void moe_down_sum_pair_kernel(float* __restrict__ out,            // 
 // Before pdl_begin it prefetches its rows into L2 (prefetch_row_bytes: a row's bytes; 0: none)
 // while the gate/up kernel runs: the ids it reads were written by moe_route, which completed
 // before the gate/up kernel (launched just before this one, with the pdl_begin that releases it)
-// passed its wait. Needs F % 8 == 0 and 16-byte aligned rows.
+// passed its wait. For the same reason, with plain-dtype experts a warp loads its first pair's
+// first kDownEarly steps of weights into registers before the wait (the 35B-A3B's F = 512 is all
+// of them), so the sums start when the wait returns. Needs F % 8 == 0 and 16-byte aligned rows.
 constexpr int kDownCols = 8;
+constexpr int kDownEarly = 2;
 constexpr int64_t kDownPrefetchMax = int64_t(24) << 20;
 template <typename W, bool Scaled>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -468,8 +471,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     const char* w = static_cast<const char*>(down[ids[t * k + r / n_cols]]);
     asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (c0 + r % n_cols) * prefetch_row_bytes + (i % lines) * 128));
   }
-  pdl_begin();
   using Rows = WeightRows<W>;
+  constexpr bool kEarly = std::is_same_v<typename Rows::Row, const W*>;  // plain dtypes
+  Raw8<std::conditional_t<kEarly, W, float>> early[kEarly ? kDownEarly : 1][C];
+  if constexpr (kEarly) {
+    if (warp < k) {
+      const W* base = static_cast<const W*>(down[ids[t * k + warp]]);
+#pragma unroll
+      for (int s = 0; s < kDownEarly; ++s) {
+        const int64_t kk = int64_t(lane) * 8 + 256 * s;
+        if (kk < F)
+#pragma unroll
+          for (int c = 0; c < C; ++c) early[s][c] = Raw8<W>::load(base + (c0 + c < H ? c0 + c : H - 1) * F + kk);
+      }
+    }
+  }
+  pdl_begin();
   for (int j = warp; j < k; j += kWarps) {
     const int64_t p = t * k + j;
     const int e = ids[p];
@@ -478,8 +495,27 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = 0; c < C; ++c) dr[c] = Rows::row(down[e], c0 + c < H ? c0 + c : H - 1, F);
     const float* hr = hbuf + p * F;
     float acc[C] = {};
+    int64_t first = int64_t(lane) * 8;
+    if constexpr (kEarly) {
+      if (j == warp) {  // the steps loaded before the wait, summed in the loop's order
+#pragma unroll
+        for (int s = 0; s < kDownEarly; ++s) {
+          const int64_t kk = int64_t(lane) * 8 + 256 * s;
+          if (kk >= F) break;
+          const float4 a = *reinterpret_cast<const float4*>(hr + kk);
+          const float4 b = *reinterpret_cast<const float4*>(hr + kk + 4);
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            float wf[8];
+            early[s][c].floats(wf);
+            acc[c] += dot8(a, b, wf);
+          }
+        }
+        first += 256 * kDownEarly;
+      }
+    }
 #pragma unroll 2
-    for (int64_t kk = int64_t(lane) * 8; kk < F; kk += 256) {
+    for (int64_t kk = first; kk < F; kk += 256) {
       const float4 a = *reinterpret_cast<const float4*>(hr + kk);
       const float4 b = *reinterpret_cast<const float4*>(hr + kk + 4);
       float wf[C][8];

@@ -1,9 +1,8 @@
 // ForwardingOps: a backend wrapped, every call passed through to it — the fused ops too (matmul_gated,
 // matmul_gated_and_route, add_mul_sigmoid, moe_experts_shared, sample_candidates, qk_norm_rope,
-// norm_rope_attention, the ResidualNorm producers and consumers), so a wrapped backend runs exactly
-// the kernels it runs alone. Each op runs through run(name, fn), which subclasses override to act
-// around it (ProfilingOps times ops; tests inject faults). Allocations and uploads pass straight
-// through.
+// norm_rope_attention), so a wrapped backend runs exactly the kernels it runs alone. Each op runs
+// through run(name, fn), which subclasses override to act around it (ProfilingOps times ops; tests
+// inject faults). Allocations and uploads pass straight through.
 #pragma once
 
 #include <functional>
@@ -129,20 +128,6 @@ class ForwardingOps : public Ops {
   void gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
                  Activation act, const Tensor& g, const Tensor& u) override {
     run("gated_mlp", [&] { inner_.gated_mlp(y, x, gate, up, down, act, g, u); });
-  }
-  void residual_norm(ResidualNorm& rn, const Tensor& y) override {
-    run("add_rms_norm", [&] { inner_.residual_norm(rn, y); });
-  }
-  void matmul_residual(ResidualNorm& rn, const Tensor& y, const Tensor& x, const Tensor& w) override {
-    run("matmul", [&] { inner_.matmul_residual(rn, y, x, w); });
-  }
-  void matmul_multi_normed(const ResidualNorm& in, std::span<const MatmulTarget> targets) override {
-    run("matmul", [&] { inner_.matmul_multi_normed(in, targets); });
-  }
-  void gated_mlp_residual(const Tensor& y, const ResidualNorm& in, const Tensor& gate, const Tensor& up,
-                          const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                          ResidualNorm* out) override {
-    run("gated_mlp", [&] { inner_.gated_mlp_residual(y, in, gate, up, down, act, g, u, out); });
   }
   void matmul_gated(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act) override {
     run("matmul_gated", [&] { inner_.matmul_gated(out, gate, up, w, act); });

@@ -84,25 +84,6 @@ struct MatmulTarget {
   Tensor w;
 };
 
-// The residual add and RMSNorm between two sub-layers, handed from the op that ends one sub-layer
-// (the producer: matmul_residual, gated_mlp_residual, residual_norm) to the op that begins the
-// next (the consumer: matmul_multi_normed, gated_mlp_residual), so that a backend may fold the
-// norm into both and launch nothing between them: the producer adds its rows into `residual` and
-// leaves their sums of squares in `stats`; the consumer scales the residual as it loads it. After
-// the producer, `materialized` says whether `out` already holds the normalized rows; after any
-// consumer it does. The defaults are add_rms_norm and the plain ops on `out`.
-struct ResidualNorm {
-  Tensor residual;  // x [T, H], the residual stream
-  Tensor w;         // [1, H] the norm's weight, or empty
-  Tensor out;       // h [T, H], the normalized rows
-  Tensor stats;     // F64 [T, residual_norm_groups(H)]: scratch a backend may keep the sums in
-  float eps = 0.0f;
-  bool materialized = true;
-};
-// The sums of squares of a row of n are kept in groups of kResidualNormGroup values.
-constexpr int64_t kResidualNormGroup = 16;
-inline int64_t residual_norm_groups(int64_t n) { return (n + kResidualNormGroup - 1) / kResidualNormGroup; }
-
 // The index of the largest of x[0, n): the first on ties, NaN never chosen over a number (0 when
 // there is nothing else). Ops::argmax computes this per row; the sampler's greedy pick is it too.
 template <typename T>
@@ -312,35 +293,6 @@ class Ops {
     const MatmulTarget proj[] = {{g, gate}, {u, up}};
     matmul_multi(x, proj);
     matmul_gated(y, g, u, down, act);
-  }
-
-  // ---- the residual norm between sub-layers (ResidualNorm) ----
-  // Producer: rn.residual += y, then rn.out = rms_norm(rn.residual, rn.w, rn.eps): add_rms_norm,
-  // which is what this default runs (rn.materialized = true). A backend may instead leave the
-  // norm to the consumer (rn.materialized = false).
-  virtual void residual_norm(ResidualNorm& rn, const Tensor& y) {
-    add_rms_norm(rn.residual, y, rn.w, rn.out, rn.eps);
-    rn.materialized = true;
-  }
-  // Producer: y = x . w^T (as matmul), then residual_norm(rn, y); y is scratch [T, N] a backend
-  // may leave untouched when it adds the product into rn.residual directly.
-  virtual void matmul_residual(ResidualNorm& rn, const Tensor& y, const Tensor& x, const Tensor& w) {
-    matmul(y, x, w);
-    residual_norm(rn, y);
-  }
-  // Consumer: matmul_multi over the normalized rows of `in`; afterwards in.out holds them.
-  virtual void matmul_multi_normed(const ResidualNorm& in, std::span<const MatmulTarget> targets) {
-    KCHECK_MSG(in.materialized, "matmul_multi_normed: the norm was left to a consumer this backend does not have");
-    matmul_multi(in.out, targets);
-  }
-  // gated_mlp(y, in.out, ...) as consumer of `in` (afterwards in.out holds the normalized rows),
-  // and when `out` is given as its producer too: y then joins out.residual (residual_norm).
-  virtual void gated_mlp_residual(const Tensor& y, const ResidualNorm& in, const Tensor& gate, const Tensor& up,
-                                  const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                                  ResidualNorm* out) {
-    KCHECK_MSG(in.materialized, "gated_mlp_residual: the norm was left to a consumer this backend does not have");
-    gated_mlp(y, in.out, gate, up, down, act, g, u);
-    if (out) residual_norm(*out, y);
   }
 
   // ---- attention ----

@@ -85,24 +85,6 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
                                                        double(down.rows) * double(down.cols));
     ForwardingOps::gated_mlp(y, x, gate, up, down, act, g, u);
   }
-  void matmul_residual(ResidualNorm& rn, const Tensor& y, const Tensor& x, const Tensor& w) override {
-    if (recording_) profile_.matmul_flops += 2.0 * double(x.rows) * double(w.rows) * double(x.cols);
-    ForwardingOps::matmul_residual(rn, y, x, w);
-  }
-  void matmul_multi_normed(const ResidualNorm& in, std::span<const MatmulTarget> targets) override {
-    if (recording_)
-      for (const MatmulTarget& t : targets)
-        profile_.matmul_flops += 2.0 * double(in.out.rows) * double(t.out.cols) * double(in.out.cols);
-    ForwardingOps::matmul_multi_normed(in, targets);
-  }
-  void gated_mlp_residual(const Tensor& y, const ResidualNorm& in, const Tensor& gate, const Tensor& up,
-                          const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                          ResidualNorm* out) override {
-    if (recording_)
-      profile_.matmul_flops += 2.0 * double(in.out.rows) * (2.0 * double(gate.rows) * double(in.out.cols) +
-                                                            double(down.rows) * double(down.cols));
-    ForwardingOps::gated_mlp_residual(y, in, gate, up, down, act, g, u, out);
-  }
   void matmul_gated_and_route(const Tensor& out, const Tensor& gate, const Tensor& up, const Tensor& w, Activation act,
                               const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                               bool norm_topk) override {

@@ -334,57 +334,5 @@ TEST_F(GpuBench, MoeLayerDecode) {
   std::printf("BENCH moe_layer_decode_T1 %.1f us (shared down, route, experts)\n", sec * 1e6);
 }
 
-// One row through the norms between sub-layers at the 9B's shapes (ResidualNorm): the output
-// projection (4096 x 4096), the post norm, the gated MLP (12288), the next norm and an input
-// projection (8192 + 4096 rows), folded (the producers add into the residual, the consumers
-// normalize as they load) against the same ops with a norm kernel at each boundary; and each
-// side alone.
-TEST_F(GpuBench, ResidualNormBoundary) {
-  const int64_t H = 4096, F = 12288;
-  Buffer x = up(random(1, H)), o = up(random(1, H)), y = gpu().alloc(DType::kF32, 1, H);
-  Buffer h = gpu().alloc(DType::kF32, 1, H), stats = gpu().alloc(DType::kF64, 1, residual_norm_groups(H));
-  Buffer n1 = up(random(1, H, 0.1f)), n2 = up(random(1, H, 0.1f));
-  Buffer wo = up(random(DType::kBF16, H, H, 0.01f)), wg = up(random(DType::kBF16, F, H, 0.01f));
-  Buffer wu = up(random(DType::kBF16, F, H, 0.01f)), wd = up(random(DType::kBF16, H, F, 0.01f));
-  Buffer wa = up(random(DType::kBF16, 2 * H, H, 0.01f)), wb = up(random(DType::kBF16, H, H, 0.01f));
-  Buffer g = gpu().alloc(DType::kF32, 1, F), u = gpu().alloc(DType::kF32, 1, F);
-  Buffer a = gpu().alloc(DType::kF32, 1, 2 * H), b = gpu().alloc(DType::kF32, 1, H);
-  const MatmulTarget proj[] = {{a, wa}, {b, wb}};
-  ResidualNorm post{.residual = x, .w = n1, .out = h, .stats = stats, .eps = 1e-6f};
-  ResidualNorm next{.residual = x, .w = n2, .out = h, .stats = stats, .eps = 1e-6f};
-  auto chain = [&](bool fold) {
-    return time([&] {
-      if (fold) {
-        gpu().matmul_residual(post, y, o, wo);
-        gpu().gated_mlp_residual(y, post, wg, wu, wd, Activation::kSilu, g, u, &next);
-        gpu().matmul_multi_normed(next, proj);
-      } else {
-        gpu().Ops::matmul_residual(post, y, o, wo);
-        gpu().Ops::gated_mlp_residual(y, post, wg, wu, wd, Activation::kSilu, g, u, &next);
-        gpu().Ops::matmul_multi_normed(next, proj);
-      }
-    }, 50);
-  };
-  const double folded = chain(true), unfolded = chain(false);
-  std::printf("BENCH residual_norm_boundaries_9b folded %.1f us, a norm kernel at each %.1f us\n", folded * 1e6,
-              unfolded * 1e6);
-  // The producer alone (output projection into the residual) and the consumers alone (the pair
-  // kernel, the input projection) on a norm left to them, against the plain kernels on h.
-  gpu().matmul_residual(post, y, o, wo);
-  ResidualNorm left = post;
-  left.materialized = false;
-  const double p_fold = time([&] { gpu().matmul_residual(post, y, o, wo); }, 50);
-  const double p_plain = time([&] { gpu().matmul(y, o, wo); }, 50);
-  gpu().matmul_residual(post, y, o, wo);
-  const double c_fold = time([&] { gpu().matmul_multi_normed(left, proj); }, 50);
-  const double c_plain = time([&] { gpu().matmul_multi(h, proj); }, 50);
-  const double m_fold =
-      time([&] { gpu().gated_mlp_residual(y, left, wg, wu, wd, Activation::kSilu, g, u, nullptr); }, 50);
-  const double m_plain = time([&] { gpu().gated_mlp(y, h, wg, wu, wd, Activation::kSilu, g, u); }, 50);
-  std::printf("BENCH residual_norm_producer_4096x4096 %.1f us (plain matmul %.1f us)\n", p_fold * 1e6, p_plain * 1e6);
-  std::printf("BENCH residual_norm_consumer_multi_12288x4096 %.1f us (plain %.1f us)\n", c_fold * 1e6, c_plain * 1e6);
-  std::printf("BENCH residual_norm_consumer_gated_mlp_12288 %.1f us (plain %.1f us)\n", m_fold * 1e6, m_plain * 1e6);
-}
-
 }  // namespace
 }  // namespace kestrel::test

@@ -148,26 +148,6 @@ void embed(const Context& ctx, const Tensor& out, const Tensor& table, const Ste
 void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, float eps);
 void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
                   float eps);
-// The ResidualNorm ops (ops.h) in residual_norm.cuh's order of sums, so that every path gives the
-// normalized rows the same bits. residual_norm: rn.residual += *y (y null: the rows as they are,
-// rn.stats untouched), then rn.out; rows of at most kResidualNormMaxCols (residual_norm_fits).
-constexpr int64_t kResidualNormMaxCols = 16384;
-bool residual_norm_fits(int64_t n);
-void check_residual_norm(const ResidualNorm& rn, const char* op);
-void residual_norm(const Context& ctx, const ResidualNorm& rn, const Tensor* y);
-// The one-row GEMV that ends a sub-layer, adding its product into rn.residual and its groups' sums
-// of squares into rn.stats (the norm left to the consumer): false, having done nothing, where its
-// kernel does not take the shapes (then matmul and residual_norm).
-bool matmul_residual(const Context& ctx, const ResidualNorm& rn, const Tensor& x, const Tensor& w);
-// Ops::matmul_multi_normed: the one-row GEMVs scale the residual as they load it where in's norm
-// was left to them; otherwise in.out is materialized first (residual_norm) and matmul_multi runs.
-void matmul_multi_normed(const Context& ctx, const ResidualNorm& in, std::span<const MatmulTarget> targets);
-// Ops::gated_mlp_residual: gated_mlp's kernels with the norm of `in` folded into the gate and up
-// GEMVs and the down projection added into out->residual, where the kernels take the shapes.
-// Returns whether out's norm was left to its consumer (out->materialized false).
-bool gated_mlp_residual(const Context& ctx, const Tensor& y, const ResidualNorm& in, const Tensor& gate,
-                        const Tensor& up, const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                        const ResidualNorm* out);
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps);
 void gated_rms_norm(const Context& ctx, const Tensor& x, const Tensor& z, const Tensor& w, int head_dim, float eps);
 // Ops::deltanet_recurrence as one launch for a decode step (every sequence one token) whose shapes

@@ -488,48 +488,6 @@ void CudaOps::gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, co
                         Activation act, const Tensor& g, const Tensor& u) {
   cuda::gated_mlp(ctx(), y, x, gate, up, down, act, g, u);
 }
-namespace {
-// KESTREL_CUDA_FOLD_NORM=0: the producers never leave the norm to their consumers (one norm
-// kernel at every boundary; the same bits), for measuring what folding it saves.
-bool fold_norm_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("KESTREL_CUDA_FOLD_NORM");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
-  return on;
-}
-}  // namespace
-
-void CudaOps::residual_norm(ResidualNorm& rn, const Tensor& y) {
-  if (!cuda::residual_norm_fits(rn.residual.cols)) {  // rows too wide for its kernel: nothing folds either
-    Ops::residual_norm(rn, y);
-    return;
-  }
-  cuda::residual_norm(ctx(), rn, &y);
-  rn.materialized = true;
-}
-void CudaOps::matmul_residual(ResidualNorm& rn, const Tensor& y, const Tensor& x, const Tensor& w) {
-  if (fold_norm_enabled() && cuda::matmul_residual(ctx(), rn, x, w)) {
-    rn.materialized = false;
-    return;
-  }
-  matmul(y, x, w);
-  residual_norm(rn, y);
-}
-void CudaOps::matmul_multi_normed(const ResidualNorm& in, std::span<const MatmulTarget> targets) {
-  cuda::matmul_multi_normed(ctx(), in, targets);
-}
-void CudaOps::gated_mlp_residual(const Tensor& y, const ResidualNorm& in, const Tensor& gate, const Tensor& up,
-                                 const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                                 ResidualNorm* out) {
-  if (out && (!fold_norm_enabled() || !cuda::residual_norm_fits(out->residual.cols))) {
-    cuda::gated_mlp_residual(ctx(), y, in, gate, up, down, act, g, u, nullptr);
-    residual_norm(*out, y);
-    return;
-  }
-  const bool left = cuda::gated_mlp_residual(ctx(), y, in, gate, up, down, act, g, u, out);
-  if (out) out->materialized = !left;
-}
 void CudaOps::matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) {
   cuda::matmul_multi(ctx(), x, targets);
 }

@@ -88,15 +88,6 @@ class CudaOps final : public Ops, public StepGraphs {
                               const Tensor& ids, const Tensor& weights, const Tensor& logits, int top_k,
                               bool norm_topk) override;
   void matmul_multi(const Tensor& x, std::span<const MatmulTarget> targets) override;
-  // The ResidualNorm ops: a one-row step's producer GEMV adds into the residual and leaves the
-  // sums of squares, its consumers' GEMVs normalize as they load (no norm launch between them);
-  // elsewhere one norm kernel. Every path sums in one order (residual_norm.cuh): the same bits.
-  void residual_norm(ResidualNorm& rn, const Tensor& y) override;
-  void matmul_residual(ResidualNorm& rn, const Tensor& y, const Tensor& x, const Tensor& w) override;
-  void matmul_multi_normed(const ResidualNorm& in, std::span<const MatmulTarget> targets) override;
-  void gated_mlp_residual(const Tensor& y, const ResidualNorm& in, const Tensor& gate, const Tensor& up,
-                          const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                          ResidualNorm* out) override;
   void gated_mlp(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
                  Activation act, const Tensor& g, const Tensor& u) override;
   void rope(const Tensor& x, int head_dim, const RopeConfig& rope, const StepPlan& plan) override;

@@ -14,7 +14,6 @@
 
 #include "backend/cuda/context.h"
 #include "backend/cuda/quant_blocks.cuh"
-#include "backend/cuda/residual_norm.cuh"
 
 namespace kestrel::cuda {
 
@@ -58,38 +57,11 @@ __device__ __forceinline__ void prefetch_rows(const void* w, int64_t row_bytes, 
 // Where the GEMV's activations come from, 4 at a time from element i of the row-major [T, K]
 // input: PlainX reads x; ActMulX forms act(gate) * up as it loads them, the expression
 // silu_mul_kernel / gelu_tanh_mul_kernel store, so a gated MLP's down projection gets the same
-// bits without that launch and its round trip through memory (matmul_gated); NormX (one row)
-// normalizes a residual. ready(): called once a thread has waited for the kernel before (the
-// one-row GEMVs), before its first load4.
+// bits without that launch and its round trip through memory (matmul_gated).
 struct PlainX {
   const float* x;
-  __device__ __forceinline__ void ready() {}
   __device__ __forceinline__ float4 load4(int64_t i) const { return *reinterpret_cast<const float4*>(x + i); }
   __host__ __device__ PlainX rows_from(int64_t i) const { return {x + i}; }
-};
-// A ResidualNorm's normalized row (ops.h) without the launch that would store it: the residual x
-// times the scale of the sums of squares its producer left in `stats` (residual_norm.cuh: the
-// order every path sums them in, formed in ready()), times w, as rms_norm stores it. h: where
-// warp 0 of block 0 also stores what it loads (each lane loads its k once), so that the ops after
-// the consumer read the rows; null when they are there already.
-struct NormX {
-  const float* x;
-  const float* w;  // or null
-  const double* stats;
-  float* h;
-  int64_t n, n_groups;
-  float eps, s;
-  __device__ __forceinline__ void ready() { s = rms_scale(row_sumsq(stats, n_groups, threadIdx.x & 31), n, eps); }
-  __device__ __forceinline__ float4 load4(int64_t i) const {
-    const float4 v = *reinterpret_cast<const float4*>(x + i);
-    float4 r = make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
-    if (w) {
-      const float4 g = *reinterpret_cast<const float4*>(w + i);
-      r = make_float4(r.x * g.x, r.y * g.y, r.z * g.z, r.w * g.w);  // (x * s) * w: norm_value's expression
-    }
-    if (h && blockIdx.x == 0 && threadIdx.x < 32) *reinterpret_cast<float4*>(h + i) = r;
-    return r;
-  }
 };
 template <Activation A>
 struct ActMulX {
@@ -104,7 +76,6 @@ struct ActMulX {
     return make_float4(act_mul(g.x, u.x), act_mul(g.y, u.y), act_mul(g.z, u.z), act_mul(g.w, u.w));
   }
   __host__ __device__ ActMulX rows_from(int64_t i) const { return {gate + i, up + i}; }
-  __device__ __forceinline__ void ready() {}
 };
 
 // Where a one-row GEMV block has issued its first weight loads and not yet its activations'.
@@ -125,7 +96,7 @@ struct PdlWait {
 // steps of the loop a lane has in flight (U > 2: U * C weight loads issued before the sums that
 // use them); the sums are the same for any U and C, and with either wait (each row's in k order).
 template <typename W, typename XS, int U, int C, typename Wait = NoWait>
-__device__ __forceinline__ void gemv1_sums(float (&acc)[C], XS x, const typename WeightRows<W>::Row (&wr)[C],
+__device__ __forceinline__ void gemv1_sums(float (&acc)[C], const XS x, const typename WeightRows<W>::Row (&wr)[C],
                                            int64_t K, Wait wait = {}) {
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
@@ -139,7 +110,6 @@ __device__ __forceinline__ void gemv1_sums(float (&acc)[C], XS x, const typename
 #pragma unroll
           for (int c = 0; c < C; ++c) raw[u][c] = Raw8<W>::load(wr[c] + first + 256 * u);
       wait();
-      x.ready();
       float4 a[U], b[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -160,10 +130,7 @@ __device__ __forceinline__ void gemv1_sums(float (&acc)[C], XS x, const typename
       first += 256 * U;
     } else {
       wait();
-      x.ready();
     }
-  } else {
-    x.ready();
   }
   if constexpr (U > 2) {  // U steps' loads issued before their sums: the same sums in the same order
     for (int64_t k0 = first; k0 < K; k0 += 256 * U) {
@@ -200,23 +167,12 @@ __device__ __forceinline__ void gemv1_sums(float (&acc)[C], XS x, const typename
   }
 }
 
-// gemv1_block's epilogue. StoreOut: out[n] = the sum. ResidualOut (one row): out is a
-// ResidualNorm's residual, out[n] += the sum (the add residual_norm_kernel makes), and the block's
-// groups of kNormGroup new values leave their sums of squares in stats[n / kNormGroup]
-// (residual_norm.cuh's order), for the GEMVs that normalize the row as they load it (NormX). Needs
-// every warp of the block in range: N a multiple of kGemvWarps C.
-struct StoreOut {};
-struct ResidualOut {
-  double* stats;
-};
-
 // The work of block `block` of gemv1_kernel (a device function so matmul_multi's kernel runs
 // exactly the same code for each of its matrices): C columns a warp (kGemv1Cols, or fewer), U
-// steps in flight (gemv1_sums), the kernel's wait where Wait says (gemv1_sums), the epilogue Epi.
-template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols, typename Wait = NoWait,
-          typename Epi = StoreOut>
+// steps in flight (gemv1_sums), the kernel's wait where Wait says (gemv1_sums).
+template <typename W, typename XS = PlainX, int U = 2, int C = kGemv1Cols, typename Wait = NoWait>
 __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x, const void* __restrict__ w, int64_t K,
-                                            int64_t N, int64_t block, Wait wait = {}, Epi epi = {}) {
+                                            int64_t N, int64_t block, Wait wait = {}) {
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
   const int64_t n0 = (block * kGemvWarps + (threadIdx.x >> 5)) * C;
@@ -228,39 +184,11 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
 #pragma unroll
   for (int c = 0; c < C; ++c) wr[c] = Rows::row(w, n0 + c < N ? n0 + c : N - 1, K);  // tail: read, drop
   float acc[C] = {};
-  if constexpr (std::is_same_v<Epi, StoreOut>) {
-    gemv1_sums<W, XS, U, C>(acc, x, wr, K, wait);
+  gemv1_sums<W, XS, U, C>(acc, x, wr, K, wait);
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float sum = warp_sum(acc[c]);
-      if (lane == 0 && n0 + c < N) out[n0 + c] = sum;
-    }
-  } else {
-    static_assert(std::is_same_v<Epi, ResidualOut>);
-    float res[C];  // the residual's values, loaded at the wait so that they arrive with the sums
-    const auto wait_then_residual = [&] {
-      wait();
-#pragma unroll
-      for (int c = 0; c < C; ++c) res[c] = out[n0 + c];
-    };
-    gemv1_sums<W, XS, U, C>(acc, x, wr, K, wait_then_residual);
-    __shared__ float vals[kGemvWarps * kGemv1Cols];
-    static_assert(C <= kGemv1Cols && kGemvWarps * C % kNormGroup == 0 && kGemvWarps * kGemv1Cols <= 32);
-    const int warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float v = res[c] + warp_sum(acc[c]);
-      if (lane == 0) {
-        out[n0 + c] = v;
-        vals[warp * C + c] = v;
-      }
-    }
-    __syncthreads();
-    if (warp == 0) {
-      const float v = lane < kGemvWarps * C ? vals[lane] : 0.0f;
-      const double d = half_warp_sum(double(v) * double(v));
-      if (lane < kGemvWarps * C && lane % kNormGroup == 0) epi.stats[(block * kGemvWarps * C + lane) / kNormGroup] = d;
-    }
+  for (int c = 0; c < C; ++c) {
+    const float sum = warp_sum(acc[c]);
+    if (lane == 0 && n0 + c < N) out[n0 + c] = sum;
   }
 }
 
@@ -268,10 +196,10 @@ __device__ __forceinline__ void gemv1_block(float* __restrict__ out, const XS x,
 // a warp sums rows j0, j0 + 1 of gate and of up (kGemv1Cols = 4 rows, each in gemv1_block's
 // order, so g and u have matmul's bits) and writes a[j] = act(g_j) * u_j (ActMulX's expression,
 // the one silu_mul / gelu_tanh_mul store). grid: ceil(F / (kGemvWarps * 2)).
-template <typename W, Activation A, typename XS = PlainX, typename Wait = NoWait>
-__device__ __forceinline__ void gemv1_act_pair_block(float* __restrict__ a, const XS x, const void* __restrict__ gate,
-                                                     const void* __restrict__ up, int64_t K, int64_t F, int64_t block,
-                                                     Wait wait = {}) {
+template <typename W, Activation A, typename Wait = NoWait>
+__device__ __forceinline__ void gemv1_act_pair_block(float* __restrict__ a, const float* __restrict__ x,
+                                                     const void* __restrict__ gate, const void* __restrict__ up,
+                                                     int64_t K, int64_t F, int64_t block, Wait wait = {}) {
   static_assert(kGemv1Cols == 4, "a warp takes two gate rows and the two up rows beside them");
   using Rows = WeightRows<W>;
   const int lane = threadIdx.x & 31;
@@ -288,7 +216,7 @@ __device__ __forceinline__ void gemv1_act_pair_block(float* __restrict__ a, cons
     wr[2 + c] = Rows::row(up, j, K);
   }
   float acc[4] = {};
-  gemv1_sums<W, XS, 2, 4>(acc, x, wr, K, wait);
+  gemv1_sums<W, PlainX, 2, 4>(acc, PlainX{x}, wr, K, wait);
   float sum[4];
 #pragma unroll
   for (int c = 0; c < 4; ++c) sum[c] = warp_sum(acc[c]);

@@ -33,31 +33,18 @@ __global__ void gemv1_kernel(float* __restrict__ out,  // [1, N]
   gemv1_block<W, XS, U, C>(out, x, w, K, N, blockIdx.x, PdlWait{});  // pdl_begin after the first weight loads
 }
 
-// gemv1_kernel adding into a ResidualNorm's residual (gemv1_block's ResidualOut epilogue): the
-// same sums, the residual add residual_norm_kernel makes, the groups' sums of squares into stats.
-// grid: N / (kGemvWarps * C) exactly.
-template <typename W, typename XS, int U, int C>
-__global__ void gemv1_residual_kernel(float* __restrict__ residual,  // [1, N]
-                                      const XS x,                    // [1, K]
-                                      const W* __restrict__ w,       // [N, K]
-                                      int64_t K, int64_t N, int64_t prefetch_row_max, double* __restrict__ stats) {
-  prefetch_rows(w, K * int64_t(sizeof(W)), int64_t(blockIdx.x) * kGemvWarps * C, kGemvWarps * C, N, prefetch_row_max);
-  gemv1_block<W, XS, U, C>(residual, x, w, K, N, blockIdx.x, PdlWait{}, ResidualOut{stats});
-}
-
 // One row of a gated MLP's gate and up projections, a[j] = act(g_j) * u_j (gemv1_act_pair_block);
 // grid: ceil(F / (kGemvWarps * 2)).
-template <typename W, Activation A, typename XS>
-__global__ void gemv1_act_pair_kernel(float* __restrict__ a,       // [1, F]
-                                      const XS x,                  // [1, K]
-                                      const W* __restrict__ gate,  // [F, K]
-                                      const W* __restrict__ up,    // [F, K]
+template <typename W, Activation A>
+__global__ void gemv1_act_pair_kernel(float* __restrict__ a,        // [1, F]
+                                      const float* __restrict__ x,  // [1, K]
+                                      const W* __restrict__ gate,   // [F, K]
+                                      const W* __restrict__ up,     // [F, K]
                                       int64_t K, int64_t F) {
   const int64_t j0 = int64_t(blockIdx.x) * kGemvWarps * 2;
   prefetch_rows(gate, K * int64_t(sizeof(W)), j0, kGemvWarps * 2, F);
   prefetch_rows(up, K * int64_t(sizeof(W)), j0, kGemvWarps * 2, F);
-  // pdl_begin after the first weight loads
-  gemv1_act_pair_block<W, A, XS>(a, x, gate, up, K, F, blockIdx.x, PdlWait{});
+  gemv1_act_pair_block<W, A>(a, x, gate, up, K, F, blockIdx.x, PdlWait{});  // pdl_begin after the first weight loads
 }
 
 // R rows, 2 <= R <= 8 (gemv_rows_block); grid: ceil(N / (kGemvWarps * kGemv1Cols)).
@@ -75,8 +62,8 @@ __global__ void gemv_rows_kernel(float* __restrict__ out,  // [R, N]
 // Deep (R = 1): the grid is at most a block a multiprocessor, so each block runs gemv1_kernel's
 // small-grid code (kGemv1DeepUnroll steps of kGemv1DeepCols columns a warp, whole rows
 // prefetched): the router and shared-expert projections of an MoE layer (1281 columns).
-template <typename W, int R, bool Deep = false, typename XS = PlainX>
-__global__ void gemv_multi_kernel(MultiTargets t, const XS x, int64_t K) {
+template <typename W, int R, bool Deep = false>
+__global__ void gemv_multi_kernel(MultiTargets t, const float* __restrict__ x, int64_t K) {
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
@@ -84,13 +71,13 @@ __global__ void gemv_multi_kernel(MultiTargets t, const XS x, int64_t K) {
   prefetch_rows(w, t.row_bytes[m], block * t.block_cols[m], t.block_cols[m], t.n[m],
                 Deep ? kPrefetchSmallRowMax : kPrefetchRowMax);
   if constexpr (R == 1 && Deep) {  // one row: pdl_begin after the first weight loads
-    gemv1_block<W, XS, kGemv1DeepUnroll, kGemv1DeepCols>(t.out[m], x, w, K, t.n[m], block, PdlWait{});
+    gemv1_block<W, PlainX, kGemv1DeepUnroll, kGemv1DeepCols>(t.out[m], PlainX{x}, w, K, t.n[m], block, PdlWait{});
   } else if constexpr (R == 1) {
-    gemv1_block<W, XS, 2, kGemv1Cols>(t.out[m], x, w, K, t.n[m], block, PdlWait{});
+    gemv1_block<W, PlainX, 2, kGemv1Cols>(t.out[m], PlainX{x}, w, K, t.n[m], block, PdlWait{});
   } else {
     pdl_begin();
     __shared__ __align__(16) float xs[R * kGemvTileK];
-    gemv_rows_block<W, R, XS>(t.out[m], x, w, K, t.n[m], block, xs);
+    gemv_rows_block<W, R>(t.out[m], PlainX{x}, w, K, t.n[m], block, xs);
   }
 }
 
@@ -448,16 +435,18 @@ bool multi_gemv_fits(const Tensor& x, std::span<const MatmulTarget> targets) {
 
 }  // namespace
 
-namespace {
-
-// matmul_multi's launch once multi_gemv_fits: the targets laid out in one grid, each matrix's
-// blocks those of its own matmul. xs: where the rows come from (a NormX: T = 1, plain weights).
-template <typename XS>
-void launch_multi(const Context& ctx, int64_t T, int64_t K, const XS xs, std::span<const MatmulTarget> targets) {
+void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t T = x.rows, K = x.cols;
+  // One launch (multi_gemv_fits), otherwise each its own matmul. Same results either way.
+  if (!multi_gemv_fits(x, targets)) {
+    for (const MatmulTarget& t : targets) matmul(ctx, t.out, x, t.w);
+    return;
+  }
   const bool quant = dtype_is_quantized(targets[0].w.dtype);
   MultiTargets mt{};
   mt.count = int(targets.size());
   int64_t blocks = 0;
+  // One row over few columns in all takes the small-grid GEMV (gemv_multi_kernel's Deep).
   bool deep = false;
   auto lay_out = [&](int64_t plain_cols) {
     blocks = 0;
@@ -480,180 +469,45 @@ void launch_multi(const Context& ctx, int64_t T, int64_t K, const XS xs, std::sp
     lay_out(kGemvWarps * kGemv1DeepCols);
   }
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");
-  if constexpr (std::is_same_v<XS, PlainX>) {
-    if (quant) {
-      launch_gemv_quant(ctx.stream, mt, blocks, xs.x, T, K);
-      return;
-    }
-  } else {
-    KCHECK(!quant && T == 1);
+  if (quant) {
+    launch_gemv_quant(ctx.stream, mt, blocks, x.f32(), T, K);
+    return;
   }
   dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {
     const dim3 grid{unsigned(blocks)}, block{unsigned(kGemvWarps * 32)};
     if (deep) {
-      launch(gemv_multi_kernel<W, 1, true, XS>, grid, block, 0, ctx.stream, mt, xs, K);
-    } else if constexpr (std::is_same_v<XS, PlainX>) {
-      with_rows(T, [&]<int R>() { launch(gemv_multi_kernel<W, R>, grid, block, 0, ctx.stream, mt, xs, K); });
+      launch(gemv_multi_kernel<W, 1, true>, grid, block, 0, ctx.stream, mt, x.f32(), K);
     } else {
-      launch(gemv_multi_kernel<W, 1, false, XS>, grid, block, 0, ctx.stream, mt, xs, K);
+      with_rows(T, [&]<int R>() { launch(gemv_multi_kernel<W, R>, grid, block, 0, ctx.stream, mt, x.f32(), K); });
     }
     CUDA_CHECK_LAUNCH();
   });
 }
 
-// Whether the one-row GEMVs may normalize `in`'s residual as they load it: its norm was left to
-// them (stats written), one row, a residual they may read 16 bytes at a time.
-bool norm_folds(const ResidualNorm& in) {
-  return !in.materialized && in.residual.rows == 1 && residual_norm_fits(in.residual.cols) &&
-         in.residual.cols % 8 == 0 && aligned16(in.residual.data) && aligned16(in.out.data) &&
-         (in.w.empty() || aligned16(in.w.data));
-}
-
-NormX norm_x(const ResidualNorm& in) {
-  const int64_t n = in.residual.cols;
-  return NormX{in.residual.f32(), in.w.empty() ? nullptr : in.w.f32(), in.stats.as<const double>(), in.out.f32(), n,
-               residual_norm_groups(n), in.eps, 0.0f};
-}
-
-// matmul_residual's launch: the GEMV matmul's one-row path picks (launch_gemv_vec), its epilogue
-// adding into the residual; false where N is not a whole number of that kernel's blocks.
-template <typename W, typename XS>
-bool launch_gemv1_residual(cudaStream_t stream, const ResidualNorm& rn, const XS x, const W* w, int64_t K,
-                           int64_t N) {
-  const bool deep = small_gemv_grid(ceil_div(N, kGemvWarps * kGemv1Cols));
-  const int64_t cols = kGemvWarps * (deep ? kGemv1DeepCols : kGemv1Cols);
-  if (N % cols != 0) return false;
-  if (deep)
-    launch(gemv1_residual_kernel<W, XS, kGemv1DeepUnroll, kGemv1DeepCols>, unsigned(N / cols), kGemvWarps * 32, 0,
-           stream, rn.residual.f32(), x, w, K, N, kPrefetchSmallRowMax, rn.stats.as<double>());
-  else
-    launch(gemv1_residual_kernel<W, XS, 2, kGemv1Cols>, unsigned(N / cols), kGemvWarps * 32, 0, stream,
-           rn.residual.f32(), x, w, K, N, kPrefetchRowMax, rn.stats.as<double>());
-  CUDA_CHECK_LAUNCH();
-  return true;
-}
-
-// Whether a one-row product of plain weights w [N, K] may add into rn's residual.
-bool residual_gemv_fits(const ResidualNorm& rn, const Tensor& w, int64_t K) {
-  const int64_t N = w.rows;
-  return rn.residual.rows == 1 && N == rn.residual.cols && w.cols == K && K > 0 && K % 8 == 0 &&
-         !dtype_is_quantized(w.dtype) && w.dtype != DType::kI32 && w.device == Device::kCuda && aligned16(w.data) &&
-         residual_norm_fits(N) && N % kNormGroup == 0;
-}
-
-}  // namespace
-
-void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
-  if (!multi_gemv_fits(x, targets)) {
-    for (const MatmulTarget& t : targets) matmul(ctx, t.out, x, t.w);
+void gated_mlp(const Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
+               const Tensor& down, Activation act, const Tensor& g, const Tensor& u) {
+  const int64_t K = x.cols, F = gate.rows;
+  const MatmulTarget proj[] = {{g, gate}, {u, up}};
+  // The pair kernel's shapes: one row that matmul_multi would take in one launch, over plain
+  // weights of one shape, and a down projection matmul_gated would not fuse.
+  const bool pair = x.rows == 1 && multi_gemv_fits(x, proj) && !dtype_is_quantized(gate.dtype) &&
+                    gate.dtype != DType::kI32 && up.rows == F && g.device == Device::kCuda && aligned16(g.data) &&
+                    (act == Activation::kSilu || act == Activation::kGeluTanh) && !gated_gemv_fits(y, g, u, down);
+  if (!pair) {
+    matmul_multi(ctx, x, proj);
+    matmul_gated(ctx, y, g, u, down, act);
     return;
   }
-  launch_multi(ctx, x.rows, x.cols, PlainX{x.f32()}, targets);
-}
-
-bool matmul_residual(const Context& ctx, const ResidualNorm& rn, const Tensor& x, const Tensor& w) {
-  check_residual_norm(rn, "matmul_residual");
-  const int64_t K = x.cols;
-  if (x.rows != 1 || x.dtype != DType::kF32 || x.device != Device::kCuda || !aligned16(x.data) ||
-      !residual_gemv_fits(rn, w, K))
-    return false;
-  bool done = false;
-  dispatch_weight(w.dtype, "matmul", [&]<typename W>() {
-    done = launch_gemv1_residual<W>(ctx.stream, rn, PlainX{x.f32()}, w.as<const W>(), K, w.rows);
-  });
-  return done;
-}
-
-void matmul_multi_normed(const Context& ctx, const ResidualNorm& in, std::span<const MatmulTarget> targets) {
-  check_residual_norm(in, "matmul_multi_normed");
-  const Tensor& x = in.out;
-  if (norm_folds(in) && multi_gemv_fits(x, targets) && !dtype_is_quantized(targets[0].w.dtype)) {
-    launch_multi(ctx, 1, x.cols, norm_x(in), targets);
-    return;
-  }
-  if (!in.materialized) residual_norm(ctx, in, nullptr);
-  matmul_multi(ctx, x, targets);
-}
-
-namespace {
-
-// gated_mlp's pair kernel (gemv1_act_pair_kernel): one row that matmul_multi would take in one
-// launch, over plain weights of one shape, and a down projection matmul_gated would not fuse.
-bool gated_pair_fits(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
-                     Activation act, const Tensor& g, std::span<const MatmulTarget> proj) {
-  return x.rows == 1 && multi_gemv_fits(x, proj) && !dtype_is_quantized(gate.dtype) && gate.dtype != DType::kI32 &&
-         up.rows == gate.rows && g.device == Device::kCuda && aligned16(g.data) &&
-         (act == Activation::kSilu || act == Activation::kGeluTanh) && !gated_gemv_fits(y, g, proj[1].out, down);
-}
-
-template <typename XS>
-void launch_gated_pair(const Context& ctx, const XS xs, int64_t K, const Tensor& gate, const Tensor& up,
-                       Activation act, const Tensor& g) {
-  const int64_t F = gate.rows;
   dispatch_weight(gate.dtype, "gated_mlp", [&]<typename W>() {
     const auto run = [&]<Activation A>() {
-      launch(gemv1_act_pair_kernel<W, A, XS>, unsigned(ceil_div(F, kGemvWarps * 2)), kGemvWarps * 32, 0, ctx.stream,
-             g.f32(), xs, gate.as<const W>(), up.as<const W>(), K, F);
+      launch(gemv1_act_pair_kernel<W, A>, unsigned(ceil_div(F, kGemvWarps * 2)), kGemvWarps * 32, 0, ctx.stream,
+             g.f32(), x.f32(), gate.as<const W>(), up.as<const W>(), K, F);
     };
     if (act == Activation::kGeluTanh) run.template operator()<Activation::kGeluTanh>();
     else run.template operator()<Activation::kSilu>();
     CUDA_CHECK_LAUNCH();
   });
-}
-
-}  // namespace
-
-void gated_mlp(const Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
-               const Tensor& down, Activation act, const Tensor& g, const Tensor& u) {
-  const MatmulTarget proj[] = {{g, gate}, {u, up}};
-  if (!gated_pair_fits(y, x, gate, up, down, act, g, proj)) {
-    matmul_multi(ctx, x, proj);
-    matmul_gated(ctx, y, g, u, down, act);
-    return;
-  }
-  launch_gated_pair(ctx, PlainX{x.f32()}, x.cols, gate, up, act, g);
   matmul(ctx, y, g, down);  // what matmul_gated runs after its silu_mul / gelu_tanh_mul
-}
-
-bool gated_mlp_residual(const Context& ctx, const Tensor& y, const ResidualNorm& in, const Tensor& gate,
-                        const Tensor& up, const Tensor& down, Activation act, const Tensor& g, const Tensor& u,
-                        const ResidualNorm* out) {
-  check_residual_norm(in, "gated_mlp_residual");
-  if (out) check_residual_norm(*out, "gated_mlp_residual");
-  const Tensor& x = in.out;
-  const MatmulTarget proj[] = {{g, gate}, {u, up}};
-  const bool pair = gated_pair_fits(y, x, gate, up, down, act, g, proj);
-  // gate and up, reading the norm of `in`
-  if (!pair) {
-    matmul_multi_normed(ctx, in, proj);
-  } else if (norm_folds(in)) {
-    launch_gated_pair(ctx, norm_x(in), x.cols, gate, up, act, g);
-  } else {
-    if (!in.materialized) residual_norm(ctx, in, nullptr);
-    launch_gated_pair(ctx, PlainX{x.f32()}, x.cols, gate, up, act, g);
-  }
-  // down: into out's residual where the one-row GEMV takes it, else y and residual_norm
-  if (pair) {
-    if (out && matmul_residual(ctx, *out, g, down)) return true;
-    matmul(ctx, y, g, down);
-  } else {
-    check_gated(g, u, act);
-    if (out && gated_gemv_fits(y, g, u, down) && g.rows == 1 && residual_gemv_fits(*out, down, g.cols)) {
-      bool done = false;
-      dispatch_weight(down.dtype, "matmul_gated", [&]<typename W>() {
-        if (act == Activation::kGeluTanh)
-          done = launch_gemv1_residual<W>(ctx.stream, *out, ActMulX<Activation::kGeluTanh>{g.f32(), u.f32()},
-                                          down.as<const W>(), g.cols, down.rows);
-        else
-          done = launch_gemv1_residual<W>(ctx.stream, *out, ActMulX<Activation::kSilu>{g.f32(), u.f32()},
-                                          down.as<const W>(), g.cols, down.rows);
-      });
-      if (done) return true;
-    }
-    matmul_gated(ctx, y, g, u, down, act);
-  }
-  if (out) residual_norm(ctx, *out, &y);
-  return false;
 }
 
 }  // namespace kestrel::cuda

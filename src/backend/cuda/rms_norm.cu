@@ -3,7 +3,6 @@
 // row, a weight per column: hyper-connection streams). Sums of squares in double, as the
 // CPU oracle does; out may alias x (each element is read before it is written, by one thread).
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/residual_norm.cuh"
 
 namespace kestrel::cuda {
 namespace {
@@ -183,55 +182,6 @@ __global__ void group_rms_norm_staged_kernel(float* x,                      // [
   }
 }
 
-// The ResidualNorm ops' norm in residual_norm.cuh's order; grid: rows. kAdd: residual += y first,
-// and the groups' sums of squares go to stats [rows, n_groups] too (for the GEMVs that scale the
-// residual as they load it); else the rows as they are (a norm a producer left to its consumer,
-// materialized), stats untouched. A thread holds R values, i = threadIdx.x + j blockDim.x, loaded
-// before the first store (the staged kernel's way), so a group's 16 values are one half warp's.
-template <int R, bool kAdd>
-__global__ void residual_norm_kernel(float* residual,              // [rows, n]
-                                     const float* y,               // [rows, n] (kAdd)
-                                     const float* __restrict__ w,  // [n] or null
-                                     float* out,                   // [rows, n]
-                                     double* __restrict__ stats,   // [rows, n_groups] (kAdd)
-                                     int64_t n, int64_t n_groups, float eps) {
-  extern __shared__ double part[];  // [n_groups]
-  __shared__ float scale;
-  pdl_begin();
-  const int lane = threadIdx.x & 31;
-  float* r = residual + blockIdx.x * n;
-  float v[R], wv[R];
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    v[j] = i < n ? (kAdd ? r[i] + y[blockIdx.x * n + i] : r[i]) : 0.0f;
-    wv[j] = w && i < n ? w[i] : 1.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x, g = i / kNormGroup;
-    if (kAdd && i < n) r[i] = v[j];
-    const double d = half_warp_sum(double(v[j]) * double(v[j]));
-    if ((threadIdx.x & (kNormGroup - 1)) == 0 && g < n_groups) {
-      part[g] = d;
-      if constexpr (kAdd) stats[blockIdx.x * n_groups + g] = d;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const double t = row_sumsq(part, n_groups, lane);
-    if (lane == 0) scale = rms_scale(t, n, eps);
-  }
-  __syncthreads();
-  const float s = scale;
-  float* o = out + blockIdx.x * n;
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;  // norm_value's expression
-  }
-}
-
 void launch_group_norm(cudaStream_t stream, float* x, const float* z, const float* w, int64_t groups, int d,
                        float eps) {
   if (groups == 0) return;
@@ -271,51 +221,6 @@ void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, c
   if (residual.rows == 0) return;
   launch_row_norm(ctx.stream, residual.f32(), x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), residual.rows,
                   residual.cols, eps);
-}
-
-void check_residual_norm(const ResidualNorm& rn, const char* op) {
-  check_f32(rn.residual, "residual norm residual");
-  check_f32(rn.out, "residual norm out");
-  const int64_t T = rn.residual.rows, H = rn.residual.cols;
-  KCHECK_MSG(rn.out.rows == T && rn.out.cols == H && rn.out.data != rn.residual.data, op, ": residual [", T, ", ", H,
-             "] and out [", rn.out.rows, ", ", rn.out.cols, "] must be distinct tensors of one shape");
-  KCHECK_MSG(rn.w.empty() || (rn.w.dtype == DType::kF32 && rn.w.numel() == H && rn.w.device == Device::kCuda), op,
-             ": the norm weight must be F32 [1, ", H, "] on the device");
-  KCHECK_MSG(rn.stats.dtype == DType::kF64 && rn.stats.rows == T && rn.stats.cols == residual_norm_groups(H) &&
-                 rn.stats.device == Device::kCuda,
-             op, ": stats must be F64 [", T, ", ", residual_norm_groups(H), "] on the device, not [", rn.stats.rows,
-             ", ", rn.stats.cols, "]");
-}
-
-bool residual_norm_fits(int64_t n) { return n > 0 && n <= kResidualNormMaxCols; }
-
-void residual_norm(const Context& ctx, const ResidualNorm& rn, const Tensor* y) {
-  check_residual_norm(rn, "residual_norm");
-  const int64_t T = rn.residual.rows, n = rn.residual.cols;
-  if (y) {
-    check_f32(*y, "residual_norm y");
-    KCHECK_MSG(y->rows == T && y->cols == n && y->data != rn.residual.data, "residual_norm: y [", y->rows, ", ",
-               y->cols, "] for a residual [", T, ", ", n, "]");
-  }
-  KCHECK_MSG(residual_norm_fits(n), "residual_norm: rows of ", n, " values (at most ", kResidualNormMaxCols, ")");
-  if (T == 0) return;
-  const int threads = n <= 4096 ? 256 : n <= 8192 ? 512 : 1024;
-  const int64_t per = ceil_div(n, threads), n_groups = residual_norm_groups(n);
-  const size_t smem = size_t(n_groups) * sizeof(double);
-  float* r = rn.residual.f32();
-  const float* w = rn.w.empty() ? nullptr : rn.w.f32();
-  auto run = [&]<int R>() {
-    if (y)
-      launch(residual_norm_kernel<R, true>, unsigned(T), threads, smem, ctx.stream, r, y->f32(), w, rn.out.f32(),
-             rn.stats.as<double>(), n, n_groups, rn.eps);
-    else
-      launch(residual_norm_kernel<R, false>, unsigned(T), threads, smem, ctx.stream, r, nullptr, w, rn.out.f32(),
-             nullptr, n, n_groups, rn.eps);
-  };
-  if (per <= 4) run.template operator()<4>();
-  else if (per <= 8) run.template operator()<8>();
-  else run.template operator()<16>();
-  CUDA_CHECK_LAUNCH();
 }
 
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps) {

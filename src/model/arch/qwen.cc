@@ -186,33 +186,26 @@ void QwenModel::forward(const StepPlan& plan, ModelCache& cache, const Tensor& l
   ops_.embed(x, embed_, plan, 1.0f);
   capture_hidden(capture, x);
   if (cfg_.n_layers > 0) ops_.rms_norm(h, x, layers_[0].input_norm, eps);
-  // The residual norms between sub-layers (ResidualNorm): x += y; h = norm(x), handed from the
-  // op ending a sub-layer to the one beginning the next. `in` is this sub-layer's.
-  Tensor stats = ws_.take(DType::kF64, T, residual_norm_groups(H));
-  ResidualNorm in{.residual = x, .out = h, .stats = stats, .eps = eps};  // materialized by the rms_norm
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const QwenLayer& layer = layers_[size_t(l)];
-    const bool last = l + 1 == cfg_.n_layers;
-    // h holds (or `in` forms) this layer's normalized input.
-    ResidualNorm post{.residual = x, .w = layer.post_norm, .out = h, .stats = stats, .eps = eps};
+    // h holds this layer's normalized input: the residual add ending the previous layer made it.
     if (layer.kind == LayerKind::kLinearAttention) {
-      deltanet_block(ops_, ws_, layer.gdn, cfg_.gdn, eps, cache.state(l), plan, h, y, {&in, &post});
+      deltanet_block(ops_, ws_, layer.gdn, cfg_.gdn, eps, cache.state(l), plan, h, y);
     } else {
-      attention_block(ops_, ws_, layer.attn, cfg_.attn, eps, cache.kv(l), 0, plan, h, y, Tensor{}, nullptr, true,
-                      {&in, &post});
+      attention_block(ops_, ws_, layer.attn, cfg_.attn, eps, cache.kv(l), 0, plan, h, y);
     }
-    // and the next layer's input norm, or the last residual add
-    ResidualNorm next{.residual = x, .w = last ? Tensor{} : layers_[size_t(l) + 1].input_norm, .out = h,
-                      .stats = stats, .eps = eps};
-    const BlockEnds ffn{&post, last ? nullptr : &next};
+    ops_.add_rms_norm(x, y, layer.post_norm, h, eps);  // x += y; h = norm(x)
     if (layer.moe) {
-      moe_block(ops_, ws_, layer.moe_w, cfg_.moe, h, y, ffn);
+      moe_block(ops_, ws_, layer.moe_w, cfg_.moe, h, y);
     } else {
-      mlp_block(ops_, ws_, layer.mlp, h, y, ffn);
+      mlp_block(ops_, ws_, layer.mlp, h, y);
     }
-    if (last) ops_.add(x, x, y);
-    in = next;
-    if (capture && !last) capture_hidden(capture, x);
+    if (l + 1 < cfg_.n_layers) {
+      ops_.add_rms_norm(x, y, layers_[size_t(l) + 1].input_norm, h, eps);  // and the next layer's input norm
+    } else {
+      ops_.add(x, x, y);
+    }
+    if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
   }
   norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);
 }

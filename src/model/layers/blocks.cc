@@ -1,29 +1,10 @@
 #include "model/layers/blocks.h"
 
 namespace kestrel {
-namespace {
-
-// A block's first projections: of x, or of the normalized residual ends.in names (x is its out).
-void project(Ops& ops, const BlockEnds& ends, const Tensor& x, std::span<const MatmulTarget> targets) {
-  if (ends.in) {
-    KCHECK(ends.in->out.data == x.data);
-    ops.matmul_multi_normed(*ends.in, targets);
-  } else {
-    ops.matmul_multi(x, targets);
-  }
-}
-
-// A block's last projection: y = o . w^T, or into the residual ends.out names (y scratch).
-void project_out(Ops& ops, const BlockEnds& ends, const Tensor& y, const Tensor& o, const Tensor& w) {
-  if (ends.out) ops.matmul_residual(*ends.out, y, o, w);
-  else ops.matmul(y, o, w);
-}
-
-}  // namespace
 
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                     const Tensor& select, StepKv* step, bool write_kv, BlockEnds ends) {
+                     const Tensor& select, StepKv* step, bool write_kv) {
   PhaseScope phase(ops, Phase::kAttention);
   const int64_t T = x.rows;
   const int hd = cfg.head_dim;
@@ -42,7 +23,7 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
     proj[n_proj++] = {k, w.k};
     proj[n_proj++] = {v, w.v.empty() ? w.k : w.v};
   }
-  project(ops, ends, x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
+  ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
   Tensor o = ws.take(T, q.cols);
   const AttentionParams params{.n_heads = cfg.n_heads, .n_kv_heads = cfg.n_kv_heads, .head_dim = hd,
                                .scale = cfg.scale, .window = window, .select = select, .write_kv = write_kv};
@@ -59,12 +40,11 @@ void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const A
     ops.norm_rope_attention(o, q, w.q_norm, k, w.k_norm, v, gate, eps, cfg.rope, cache, params, plan);
     if (step) *step = {k, v};
   }
-  project_out(ops, ends, y, o, w.o);
+  ops.matmul(y, o, w.o);
 }
 
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
-                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                    BlockEnds ends) {
+                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kDeltaNet);
   const int64_t T = x.rows;
   const int64_t v_width = int64_t(cfg.n_v_heads) * cfg.v_head_dim;
@@ -73,7 +53,7 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
   Tensor b = ws.take(T, cfg.n_v_heads);
   Tensor a = ws.take(T, cfg.n_v_heads);
   const MatmulTarget proj[] = {{qkv, w.qkv}, {z, w.z}, {b, w.b}, {a, w.a}};
-  project(ops, ends, x, proj);
+  ops.matmul_multi(x, proj);
   Tensor o = ws.take(T, v_width);
   if (cfg.gate_act == Activation::kSilu) {  // conv, recurrence and rmsnorm(o) * w * silu(z)
     ops.deltanet_recurrence(o, qkv, z, a, b, w.conv, w.a_neg, w.dt_bias, w.norm, eps, state, cfg, plan);
@@ -84,24 +64,18 @@ void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const Del
     ops.activation(z, cfg.gate_act);
     ops.mul(o, o, z);
   }
-  project_out(ops, ends, y, o, w.out);
+  ops.matmul(y, o, w.out);
 }
 
-void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y, BlockEnds ends) {
+void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows, F = w.gate.rows;
   Tensor g = ws.take(T, F);
   Tensor u = ws.take(T, F);
-  if (ends.in) {
-    ops.gated_mlp_residual(y, *ends.in, w.gate, w.up, w.down, w.act, g, u, ends.out);
-  } else {
-    ops.gated_mlp(y, x, w.gate, w.up, w.down, w.act, g, u);
-    if (ends.out) ops.residual_norm(*ends.out, y);
-  }
+  ops.gated_mlp(y, x, w.gate, w.up, w.down, w.act, g, u);
 }
 
-void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y,
-               BlockEnds ends) {
+void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y) {
   PhaseScope phase(ops, Phase::kFfn);
   const int64_t T = x.rows;
   const bool shared = !w.shared.gate.empty();
@@ -122,13 +96,12 @@ void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cf
       proj[n_proj++] = {sg, w.shared_gate};
     }
   }
-  project(ops, ends, x, std::span<const MatmulTarget>(proj, size_t(n_proj)));  // x holds the rows after it
+  ops.matmul_multi(x, std::span<const MatmulTarget>(proj, size_t(n_proj)));
   Tensor ids = ws.take(DType::kI32, T, cfg.top_k);
   Tensor weights = ws.take(T, cfg.top_k);
   if (!shared) {
     ops.moe_route(ids, weights, logits, cfg.top_k, cfg.norm_topk_prob);
     ops.moe_experts(y, x, ids, weights, w.experts);
-    if (ends.out) ops.residual_norm(*ends.out, y);
     return;
   }
   // The shared expert's down(act(g) * u) and the route (neither needs the other), then y = the
@@ -137,7 +110,6 @@ void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cf
   ops.matmul_gated_and_route(s, g, u, w.shared.down, w.shared.act, ids, weights, logits, cfg.top_k,
                              cfg.norm_topk_prob);
   ops.moe_experts_shared(y, x, ids, weights, w.experts, s, sg);
-  if (ends.out) ops.residual_norm(*ends.out, y);
 }
 
 }  // namespace kestrel

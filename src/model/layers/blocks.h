@@ -59,24 +59,12 @@ struct StepKv {
 // row attends (sparse attention, see ops.h). `step`: where a layer with k/v weights leaves its k/v,
 // and where a KV-shared layer (no k/v weights) takes its source layer's. `write_kv` false leaves
 // the cache write to a later ops.kv_write (after the last layer that reads the source's cache).
-// The residual norms at a block's two ends (ops.h, ResidualNorm), for a model whose sub-layers
-// sit between add_rms_norms. `in`: the block's input x is in->out, which its first op forms from
-// the residual (a consumer). `out`: the block's output joins out->residual and the next norm is
-// formed (a producer); y is then scratch. Either null: x is read as it is, y written.
-struct BlockEnds {
-  const ResidualNorm* in = nullptr;
-  ResidualNorm* out = nullptr;
-};
-
 void attention_block(Ops& ops, Workspace& ws, const AttentionWeights& w, const AttentionConfig& cfg, float eps,
                      const KvLayerView& cache, int window, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                     const Tensor& select = Tensor{}, StepKv* step = nullptr, bool write_kv = true,
-                     BlockEnds ends = {});
+                     const Tensor& select = Tensor{}, StepKv* step = nullptr, bool write_kv = true);
 void deltanet_block(Ops& ops, Workspace& ws, const DeltaNetWeights& w, const DeltaNetConfig& cfg, float eps,
-                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y,
-                    BlockEnds ends = {});
-void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y, BlockEnds ends = {});
-void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y,
-               BlockEnds ends = {});
+                    const StateLayerView& state, const StepPlan& plan, const Tensor& x, const Tensor& y);
+void mlp_block(Ops& ops, Workspace& ws, const MlpWeights& w, const Tensor& x, const Tensor& y);
+void moe_block(Ops& ops, Workspace& ws, const MoeWeights& w, const MoeConfig& cfg, const Tensor& x, const Tensor& y);
 
 }  // namespace kestrel

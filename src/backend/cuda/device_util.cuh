@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/context.h"
@@ -159,31 +160,50 @@ __device__ __forceinline__ float activate(float x, Activation act) {
   return x;
 }
 
+// The 8 BF16 or F16 weights of a 16-byte word as floats.
+template <typename W>
+__device__ __forceinline__ void floats8(const uint4& raw, float (&f)[8]) {
+  static_assert(std::is_same_v<W, __nv_bfloat16> || std::is_same_v<W, __half>);
+  using W2 = std::conditional_t<std::is_same_v<W, __half>, __half2, __nv_bfloat162>;
+  const W2* h = reinterpret_cast<const W2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 v;
+    if constexpr (std::is_same_v<W, __half>) v = __half22float2(h[i]);
+    else v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+// load8 (below) in two steps: the raw words, then their floats, so that loads a kernel issues
+// before its PDL wait (gemv.cuh's gemv1_sums, moe.cu's one-row down kernel) stay in flight across
+// it and are converted where the sums use them.
+template <typename W>
+struct Raw8 {
+  uint4 v;
+  __device__ __forceinline__ static Raw8 load(const W* p) { return {*reinterpret_cast<const uint4*>(p)}; }
+  __device__ __forceinline__ void floats(float (&f)[8]) const { floats8<W>(v, f); }
+};
+template <>
+struct Raw8<float> {
+  float4 a, b;
+  __device__ __forceinline__ static Raw8 load(const float* p) {
+    return {*reinterpret_cast<const float4*>(p), *reinterpret_cast<const float4*>(p + 4)};
+  }
+  __device__ __forceinline__ void floats(float (&f)[8]) const {
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+};
 // 8 consecutive weights as floats from a 16-byte aligned (BF16/F16) or 32-byte (F32) address.
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
+  floats8<__nv_bfloat16>(raw, f);
 }
 __device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
+  floats8<__half>(raw, f);
 }
-__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) { Raw8<float>::load(p).floats(f); }
 
 // x[0..8) . w[0..8) with x as two float4 (a = x[0..4), b = x[4..8)), summed left to right: the
 // step of every vectorized dot product (GEMV, MoE experts, warp_dot). Kernels whose rows must

@@ -176,38 +176,6 @@ struct QMXFP4 {
   }
 };
 
-// A plain dtype's 8 consecutive weights as loaded (16 bytes; F32 32), and their floats: load8
-// (device_util.cuh) in two steps, so the loads a one-row GEMV issues before its wait
-// (gemv.cuh's gemv1_sums, moe.cu's one-row down kernel) stay in flight across it, converted
-// where the sums use them.
-template <typename W>
-struct Raw8 {
-  uint4 v;
-  __device__ __forceinline__ static Raw8 load(const W* p) { return {*reinterpret_cast<const uint4*>(p)}; }
-  __device__ __forceinline__ void floats(float (&f)[8]) const {
-    using W2 = std::conditional_t<std::is_same_v<W, __half>, __half2, __nv_bfloat162>;
-    const W2* h = reinterpret_cast<const W2*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 t;
-      if constexpr (std::is_same_v<W, __half>) t = __half22float2(h[i]);
-      else t = __bfloat1622float2(h[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  }
-};
-template <>
-struct Raw8<float> {
-  float4 a, b;
-  __device__ __forceinline__ static Raw8 load(const float* p) {
-    return {*reinterpret_cast<const float4*>(p), *reinterpret_cast<const float4*>(p + 4)};
-  }
-  __device__ __forceinline__ void floats(float (&f)[8]) const {
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  }
-};
-
 // How kernels reach row n of a weight matrix [N, K] and 8 of its elements.
 template <typename W>
 struct WeightRows {

@@ -9,8 +9,6 @@
 // pointer (load8 from device_util.cuh), for the block formats a byte pointer to the row's blocks.
 #pragma once
 
-#include <type_traits>
-
 #include "backend/cuda/device_util.cuh"
 #include "quant/blocks.h"
 

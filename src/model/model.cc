@@ -46,8 +46,12 @@ void Model::norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& f
   if (R == 0) return;
   KCHECK(logits.rows == R && logits.cols == cfg_.vocab_size);
   Tensor rows = ws_.take(R, H);
-  ops_.gather_rows(rows, x, plan.logit_rows);
-  ops_.rms_norm(rows, rows, final_norm, cfg_.norm_eps);
+  if (plan.logits_for_every_row()) {  // a decode step: the norm reads the rows in place, no gather launch
+    ops_.rms_norm(rows, x, final_norm, cfg_.norm_eps);
+  } else {
+    ops_.gather_rows(rows, x, plan.logit_rows);
+    ops_.rms_norm(rows, rows, final_norm, cfg_.norm_eps);
+  }
   ops_.matmul(logits, rows, lm_head);
 }
 

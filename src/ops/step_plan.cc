@@ -20,6 +20,13 @@ void StepPlan::add_sequence(const int32_t* new_tokens, int32_t n_tokens, int32_t
   seqs.push_back(s);
 }
 
+bool StepPlan::logits_for_every_row() const {
+  if (logit_rows.size() != tokens.size()) return false;
+  for (size_t i = 0; i < logit_rows.size(); ++i)
+    if (logit_rows[i] != int32_t(i)) return false;
+  return true;
+}
+
 void StepPlan::clear() {
   tokens.clear();
   positions.clear();

@@ -30,6 +30,10 @@ struct StepPlan {
   int32_t block_size = 16;
 
   int32_t n_rows() const { return int32_t(tokens.size()); }
+  // Whether every row wants its logits, in row order (a decode step): the head can then read the
+  // rows where they are. add_sequence appends logit rows in ascending order, so this holds exactly
+  // when there are n_rows() of them, which a step graph's shape (rows, logit rows) records.
+  bool logits_for_every_row() const;
 
   // Appends a sequence's new tokens. `blocks` must cover n_past + tokens.size() positions.
   void add_sequence(const int32_t* new_tokens, int32_t n_tokens, int32_t n_past, int32_t state_slot,

@@ -344,6 +344,10 @@ void Qwen4ExpModel::forward(const StepPlan& plan, ModelCache& cache, const Tenso
   const int64_t R = int64_t(plan.logit_rows.size());
   if (R == 0) return;
   KCHECK(logits.rows == R && logits.cols == cfg_.vocab_size);
+  if (plan.logits_for_every_row()) {  // a decode step: the head reads the mixer's rows, no gather launch
+    ops_.matmul(logits, m, lm_head_);
+    return;
+  }
   Tensor rows = ws_.take(R, H);
   ops_.gather_rows(rows, m, plan.logit_rows);
   ops_.matmul(logits, rows, lm_head_);

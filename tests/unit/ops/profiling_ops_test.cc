@@ -63,6 +63,10 @@ TEST(ProfilingOps, TransparentAndAccountsForEveryStep) {
     EXPECT_EQ(calls, op_calls);
     EXPECT_NEAR(seconds, p.in_ops, 1e-9);
     EXPECT_EQ(p.by_op.at("begin_step").calls, 5);
+    // Only a step with rows that want no logits gathers the head's rows: the prompt's, when it
+    // has more than one token; the decode steps' norm reads the rows in place.
+    const auto gather = p.by_op.find("gather_rows");
+    EXPECT_EQ(gather == p.by_op.end() ? 0 : gather->second.calls, prompt.size() > 1 ? 1 : 0);
     EXPECT_GT(p.matmul_flops, 0.0);
     // not recording: nothing is added
     prof.clear();

@@ -55,4 +55,19 @@ void Model::norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& f
   ops_.matmul(logits, rows, lm_head);
 }
 
+void Model::add_norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& y, const Tensor& final_norm,
+                              const Tensor& lm_head, const Tensor& logits, HiddenCapture* capture) {
+  const int64_t R = int64_t(plan.logit_rows.size());
+  if (capture || R == 0 || !plan.logits_for_every_row()) {
+    ops_.add(x, x, y);
+    norm_and_head(plan, x, final_norm, lm_head, logits, capture);
+    return;
+  }
+  PhaseScope phase(ops_, Phase::kHead);
+  KCHECK(logits.rows == R && logits.cols == cfg_.vocab_size);
+  Tensor rows = ws_.take(R, x.cols);
+  ops_.add_rms_norm(x, y, final_norm, rows, cfg_.norm_eps);  // x += y; rows = norm(x)
+  ops_.matmul(logits, rows, lm_head);
+}
+
 }  // namespace kestrel

@@ -57,6 +57,11 @@ class Model {
   // [plan.logit_rows.size(), vocab] of the requested rows through lm_head [vocab, H].
   void norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& final_norm, const Tensor& lm_head,
                      const Tensor& logits, HiddenCapture* capture);
+  // The same after the last sub-layer's residual add x += y [T, H]: at a decode step (every row a
+  // logit row, nothing captured) one add_rms_norm writes the head's rows, the same bits as the add
+  // and the norm apart.
+  void add_norm_and_head(const StepPlan& plan, const Tensor& x, const Tensor& y, const Tensor& final_norm,
+                         const Tensor& lm_head, const Tensor& logits, HiddenCapture* capture);
 
   ModelConfig cfg_;
   Ops& ops_;

@@ -200,14 +200,15 @@ void QwenModel::forward(const StepPlan& plan, ModelCache& cache, const Tensor& l
     } else {
       mlp_block(ops_, ws_, layer.mlp, h, y);
     }
-    if (l + 1 < cfg_.n_layers) {
-      ops_.add_rms_norm(x, y, layers_[size_t(l) + 1].input_norm, h, eps);  // and the next layer's input norm
-    } else {
-      ops_.add(x, x, y);
-    }
-    if (capture && l + 1 < cfg_.n_layers) capture_hidden(capture, x);
+    if (l + 1 == cfg_.n_layers) break;  // the last add goes with the final norm
+    ops_.add_rms_norm(x, y, layers_[size_t(l) + 1].input_norm, h, eps);  // and the next layer's input norm
+    if (capture) capture_hidden(capture, x);
   }
-  norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);
+  if (cfg_.n_layers > 0) {
+    add_norm_and_head(plan, x, y, final_norm_, lm_head_, logits, capture);
+  } else {
+    norm_and_head(plan, x, final_norm_, lm_head_, logits, capture);
+  }
 }
 
 const ArchRegistrar kQwen{{

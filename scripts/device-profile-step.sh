@@ -37,6 +37,6 @@ echo "== ncu over kestrel bench -m $tag -p 0 -n 4 -b $batch -r 1 (exit $?)"
 {
   echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), kestrel $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%F)"
   echo "# each kernel alone under Nsight Compute, L2 flushed before it; batch $batch"
-  python3 "$here/ncu-kernel-sum.py" "$out/ncu-$tag.csv" per:argmax_pick_kernel --grid
+  python3 "$here/ncu-kernel-sum.py" "$out/ncu-$tag.csv" per:argmax_kernel --grid
 } >"$out/ncu-$tag.txt" 2>&1
 cat "$out/ncu-$tag.txt"

@@ -7,7 +7,7 @@
 # are also split by grid size (one GEMV kernel serves matrices of every shape), and where the
 # CSV has dram__bytes_read.sum the bytes and GB/s of each row are printed too.
 # STEPS may be "per:NAME": the number of launches of the kernels whose name contains NAME (a
-# kernel every step launches once, e.g. per:argmax_pick_kernel for a decode step's sampling).
+# kernel every step launches once, e.g. per:argmax_kernel for a decode step's sampling).
 #   usage: scripts/ncu-kernel-sum.py FILE STEPS|per:NAME [--grid]
 import collections
 import csv

@@ -60,6 +60,10 @@ class ForwardingOps : public Ops {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
     run("add", [&] { inner_.add(out, a, b); });
   }
+  void embed_rms_norm(const Tensor& x, const Tensor& out, const Tensor& table, const StepPlan& plan, double scale,
+                      const Tensor& w, float eps) override {
+    run("embed_rms_norm", [&] { inner_.embed_rms_norm(x, out, table, plan, scale, w, eps); });
+  }
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) override {
     run("add_rms_norm", [&] { inner_.add_rms_norm(residual, x, w, out, eps); });
   }

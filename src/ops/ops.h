@@ -169,6 +169,14 @@ class Ops {
   virtual void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) = 0;
   // out = x / rms(x) * w per row; w: F32 [1, cols] or empty (no weight). out may be x.
   virtual void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) = 0;
+  // The embedding fused with the first layer's norm: embed(x, table, plan, scale), then
+  // rms_norm(out, x, w, eps); out distinct from x. Bit-identical to the two ops, which is what this
+  // default does; CUDA runs it as one launch (a step's first two links in one).
+  virtual void embed_rms_norm(const Tensor& x, const Tensor& out, const Tensor& table, const StepPlan& plan,
+                              double scale, const Tensor& w, float eps) {
+    embed(x, table, plan, scale);
+    rms_norm(out, x, w, eps);
+  }
   // RMSNorm of each head_dim group of x [T, n * head_dim] in place; w F32 [1, head_dim] or empty.
   virtual void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) = 0;
   // out = a + b (out may be a or b).

@@ -122,10 +122,12 @@ class ProfilingOps final : public ForwardingOps, public StepGraphs {
     // A long recording (a server) is folded in between steps, so its memory stays bounded; the
     // gap before this step is the one thing such a fold does not count.
     if (name == "begin_step" && records_.size() > kFoldRecords) collect();
-    // embeddings are their own phase wherever the model calls them
-    const Phase ph =
-        name == "embed" || name == "embed_rows" || name == "token_windows" || name == "ngram_embed" ? Phase::kEmbed
-                                                                                                     : phase_;
+    // embeddings are their own phase wherever the model calls them (with the first layer's norm
+    // where one launch does both)
+    const Phase ph = name == "embed" || name == "embed_rms_norm" || name == "embed_rows" || name == "token_windows" ||
+                             name == "ngram_embed"
+                         ? Phase::kEmbed
+                         : phase_;
     const int b = timer_->mark();
     fn();
     records_.push_back({op, ph, b, timer_->mark()});

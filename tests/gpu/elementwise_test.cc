@@ -29,6 +29,40 @@ TEST_F(GpuTest, Embed) {
   }
 }
 
+// The embedding fused with the first layer's norm: the same x and out bits as the device's embed
+// then rms_norm (the model code swaps one for the other), within kTol of the CPU's; rows of 64 ...
+// 8192 take the one launch (1 ... 16 elements a thread), 9000 the two ops.
+TEST_F(GpuTest, EmbedRmsNormEqualsTheTwoOps) {
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (int H : {64, 200, 1000, 4096, 8192, 9000}) {
+      for (bool weight : {false, true}) {
+        for (float scale : {1.0f, 45.25f}) {
+          Buffer table = random(dt, 300, H);
+          Buffer w = random(1, H);
+          Buffer dtable = up(table), dw = up(w);
+          const Tensor wt = weight ? dw.view() : Tensor{};
+          StepPlan plan = make_plan({{0, 5}, {7, 1}, {3, 12}}, 300, rng_);
+          const int64_t T = plan.n_rows();
+          Buffer rx = cpu_.alloc(DType::kF32, T, H), rout = cpu_.alloc(DType::kF32, T, H);
+          cpu_.embed_rms_norm(rx, rout, table, plan, scale, weight ? w.view() : Tensor{}, 1e-6f);
+          Buffer x1 = gpu().alloc(DType::kF32, T, H), out1 = gpu().alloc(DType::kF32, T, H);
+          Buffer x2 = gpu().alloc(DType::kF32, T, H), out2 = gpu().alloc(DType::kF32, T, H);
+          gpu().begin_step(plan);
+          gpu().embed_rms_norm(x1, out1, dtable, plan, scale, wt, 1e-6f);
+          gpu().embed(x2, dtable, plan, scale);
+          gpu().rms_norm(out2, x2, wt, 1e-6f);
+          const std::string at = std::string(dtype_name(dt)) + " H=" + std::to_string(H) + " w=" +
+                                 std::to_string(weight) + " scale=" + std::to_string(scale);
+          EXPECT_EQ(down(x1), down(x2)) << at;
+          EXPECT_EQ(down(out1), down(out2)) << at;
+          EXPECT_LE(rel_err(down(x1), host(rx)), 1e-7) << at;
+          EXPECT_LE(rel_err(down(out1), host(rout)), kTol) << at;
+        }
+      }
+    }
+  }
+}
+
 // Rows of 64 ... 5120 take the register-staged kernels (1, 2, 4, 8 and 16 elements a thread),
 // 9000 the loop kernel.
 TEST_F(GpuTest, RmsNorm) {
@@ -246,7 +280,8 @@ TEST_F(GpuTest, GatherRows) {
 
 // Argmax on the device picks the same index as the CPU op (and the sampler): rows of a vocabulary's
 // width with planted ties, NaN and infinities (the device splits a row into ranges of 4096: the
-// ties and the NaN fall in different ranges), then rows shorter than a range and one range and a bit.
+// ties and the NaN fall in different ranges), then rows shorter than a range and one range and a bit,
+// then the first rows again.
 TEST_F(GpuTest, Argmax) {
   const int64_t R = 9, V = 248320;
   Buffer x = random(R, V);
@@ -287,6 +322,15 @@ TEST_F(GpuTest, Argmax) {
     EXPECT_EQ(w[0], v - 1);
     EXPECT_EQ(w[1], v / 2);
     EXPECT_EQ(w[2], v - 1);
+  }
+  // A row's last range to finish picks its best, found by a count each launch leaves at zero: the
+  // same rows again, after launches of other shapes, give the same ids.
+  for (int again = 0; again < 2; ++again) {
+    Buffer dids2 = gpu().alloc(DType::kI32, R, 1);
+    gpu().argmax(dids2, dx);
+    std::vector<int32_t> got2(static_cast<size_t>(R));
+    gpu().to_host(dids2, got2.data());
+    EXPECT_EQ(got2, got) << "launch " << again + 2;
   }
 }
 

@@ -59,6 +59,9 @@ class Scratch {
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch();
   void* get(int slot, size_t bytes);
+  // get(), with memory it makes (or remakes, larger) zeroed on `stream` first: for counters that
+  // their users leave at zero when they finish.
+  void* get_zeroed(int slot, size_t bytes, cudaStream_t stream);
 
  private:
   GraphGuard& guard_;
@@ -120,7 +123,8 @@ enum ScratchSlot : int {
   kSlotAttnBf16 = 14,      // attention_prefill: the attended K/V rows as BF16 terms
   kSlotSampleTemps = 15,   // sample_candidates: each row's temperature
   kSlotSampleKeys = 16,    // sample_candidates: each row's scaled logits
-  kNumSlots = 17,
+  kSlotArgmaxDone = 17,    // argmax: each row's count of ranges done (zero between calls)
+  kNumSlots = 18,
 };
 
 // The device's multiprocessors (read once).
@@ -146,6 +150,10 @@ inline void check_step(const Context& ctx, const StepPlan& plan) {
 // ---- entry points, one file per op (same names as the CPU kernels) ----
 void embed(const Context& ctx, const Tensor& out, const Tensor& table, const StepPlan& plan, float scale);
 void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, float eps);
+// Ops::embed_rms_norm in one launch; false (nothing launched) where it does not apply: a block-format
+// table or rows too long for a thread's registers.
+bool embed_rms_norm(const Context& ctx, const Tensor& x, const Tensor& out, const Tensor& table, const StepPlan& plan,
+                    float scale, const Tensor& w, float eps);
 void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,
                   float eps);
 void head_rms_norm(const Context& ctx, const Tensor& x, const Tensor& w, int head_dim, float eps);

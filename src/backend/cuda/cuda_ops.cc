@@ -56,6 +56,13 @@ void* Scratch::get(int slot, size_t bytes) {
   return ptr_[size_t(slot)];
 }
 
+void* Scratch::get_zeroed(int slot, size_t bytes, cudaStream_t stream) {
+  const size_t before = size_t(slot) < size_.size() ? size_[size_t(slot)] : 0;
+  void* p = get(slot, bytes);
+  if (size_[size_t(slot)] != before) CUDA_CHECK(cudaMemsetAsync(p, 0, size_[size_t(slot)], stream));  // made now
+  return p;
+}
+
 PointerTables::~PointerTables() {
   for (auto& [key, e] : entries_) {
     if (e.dev) cudaFree(e.dev);
@@ -422,6 +429,11 @@ void CudaOps::embed(const Tensor& out, const Tensor& table, const StepPlan& plan
 }
 void CudaOps::rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   cuda::rms_norm(ctx(), out, x, w, eps);
+}
+void CudaOps::embed_rms_norm(const Tensor& x, const Tensor& out, const Tensor& table, const StepPlan& plan,
+                             double scale, const Tensor& w, float eps) {
+  if (!cuda::embed_rms_norm(ctx(), x, out, table, plan, float(scale), w, eps))
+    Ops::embed_rms_norm(x, out, table, plan, scale, w, eps);  // the two launches
 }
 void CudaOps::head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) {
   cuda::head_rms_norm(ctx(), x, w, head_dim, eps);

@@ -57,6 +57,8 @@ class CudaOps final : public Ops, public StepGraphs {
 
   void embed(const Tensor& out, const Tensor& table, const StepPlan& plan, double scale) override;
   void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
+  void embed_rms_norm(const Tensor& x, const Tensor& out, const Tensor& table, const StepPlan& plan, double scale,
+                      const Tensor& w, float eps) override;
   void head_rms_norm(const Tensor& x, const Tensor& w, int head_dim, float eps) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out, float eps) override;

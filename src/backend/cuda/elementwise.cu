@@ -73,9 +73,10 @@ __device__ __forceinline__ bool beats(float v, int i, float w, int j) {
   return v > w || (v == w && i < j);
 }
 
-// Argmax in two passes: a row is split into ranges of kArgmaxRange elements, one block each (a
-// vocabulary row of 248k values over ~60 SMs instead of one: one block per row was bound by its
-// loads' latency, 0.1 ms), then one warp per row picks the best of its ranges. "Best" is a total
+// Argmax in one launch of two stages: a row is split into ranges of kArgmaxRange elements, one
+// block each (a vocabulary row of 248k values over ~60 SMs instead of one: one block per row was
+// bound by its loads' latency, 0.1 ms); each block stores its range's best and counts itself done,
+// and the row's last block to finish picks the best of the ranges with one warp. "Best" is a total
 // order (larger value, then smaller index; NaN below every number), so the pick does not depend on
 // how the ranges fall: each row's first largest value, as on the CPU.
 constexpr int kArgmaxThreads = 256;
@@ -95,11 +96,14 @@ __device__ __forceinline__ Best warp_best(Best b) {
   return b;
 }
 
-// grid: (ranges, R); block (p, r) writes the best of row r's elements [p * range, +range).
-__global__ void argmax_range_kernel(Best* __restrict__ bests,  // [R, ranges]
-                                    const float* __restrict__ x, int64_t V, int64_t range) {
+// grid: (ranges, R); block (p, r) stores the best of row r's elements [p * range, +range) in
+// bests[r, p] and adds one to done[r]; the block that brings it to `ranges` writes ids[r] (0 when
+// the row has only NaN) and sets done[r] back to zero for the next launch.
+__global__ void argmax_kernel(int32_t* __restrict__ ids, Best* __restrict__ bests, unsigned* __restrict__ done,
+                              const float* __restrict__ x, int64_t V, int64_t range) {
   pdl_begin();
   __shared__ Best warps[kArgmaxThreads / 32];
+  __shared__ bool last;
   const float* row = x + int64_t(blockIdx.y) * V;
   const int64_t begin = int64_t(blockIdx.x) * range, end = min(V, begin + range);
   Best b{NAN, kNoIndex};
@@ -109,20 +113,23 @@ __global__ void argmax_range_kernel(Best* __restrict__ bests,  // [R, ranges]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) warps[warp] = b;
   __syncthreads();
+  Best* row_bests = bests + int64_t(blockIdx.y) * gridDim.x;
   if (threadIdx.x == 0) {
     for (int w = 1; w < kArgmaxThreads / 32; ++w) take(b, warps[w].v, warps[w].i);
-    bests[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = b;
+    row_bests[blockIdx.x] = b;
+    __threadfence();  // the best is visible before the count that says so
+    last = atomicAdd(&done[blockIdx.y], 1u) == gridDim.x - 1;
   }
-}
-
-// grid: R blocks of one warp: ids[r] = the best of row r's ranges (0 when the row is empty).
-__global__ void argmax_pick_kernel(int32_t* __restrict__ ids, const Best* __restrict__ bests, int ranges) {
-  pdl_begin();
-  const Best* row = bests + int64_t(blockIdx.x) * ranges;
-  Best b{NAN, kNoIndex};
-  for (int p = threadIdx.x; p < ranges; p += 32) take(b, row[p].v, row[p].i);
-  b = warp_best(b);
-  if (threadIdx.x == 0) ids[blockIdx.x] = b.i == kNoIndex ? 0 : b.i;
+  __syncthreads();
+  if (!last || warp != 0) return;
+  __threadfence();  // the other blocks' bests, counted before this block's add, are visible
+  Best p{NAN, kNoIndex};
+  for (int q = lane; q < int(gridDim.x); q += 32) take(p, __ldcg(&row_bests[q].v), __ldcg(&row_bests[q].i));
+  p = warp_best(p);
+  if (lane == 0) {
+    ids[blockIdx.y] = p.i == kNoIndex ? 0 : p.i;
+    done[blockIdx.y] = 0;
+  }
 }
 
 // grid: R blocks; row r copies x[rows[r]] (row_bytes, a multiple of 4) to out[r].
@@ -253,10 +260,10 @@ void argmax(const Context& ctx, const Tensor& ids, const Tensor& x) {
   if (x.rows == 0) return;
   const int ranges = int(ceil_div(x.cols, kArgmaxRange));
   auto* bests = static_cast<Best*>(ctx.scratch->get(kSlotArgmax, size_t(x.rows) * size_t(ranges) * sizeof(Best)));
-  launch(argmax_range_kernel, dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream, bests, x.f32(),
-         x.cols, kArgmaxRange);
-  CUDA_CHECK_LAUNCH();
-  launch(argmax_pick_kernel, unsigned(x.rows), 32, 0, ctx.stream, static_cast<int32_t*>(ids.data), bests, ranges);
+  auto* done = static_cast<unsigned*>(ctx.scratch->get_zeroed(kSlotArgmaxDone, size_t(x.rows) * sizeof(unsigned),
+                                                              ctx.stream));
+  launch(argmax_kernel, dim3(unsigned(ranges), unsigned(x.rows)), kArgmaxThreads, 0, ctx.stream,
+         static_cast<int32_t*>(ids.data), bests, done, x.f32(), x.cols, kArgmaxRange);
   CUDA_CHECK_LAUNCH();
 }
 

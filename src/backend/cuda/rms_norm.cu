@@ -1,5 +1,6 @@
-// RMSNorm variants: rms_norm over whole rows (add_rms_norm: with the residual add fused in),
-// head_rms_norm over head_dim groups, gated_rms_norm (norm * w * silu(z)) over head_dim groups, and group_rms_norm (column blocks of a
+// RMSNorm variants: rms_norm over whole rows (add_rms_norm: with the residual add fused in;
+// embed_rms_norm: with the embedding gather before it), head_rms_norm over head_dim groups,
+// gated_rms_norm (norm * w * silu(z)) over head_dim groups, and group_rms_norm (column blocks of a
 // row, a weight per column: hyper-connection streams). Sums of squares in double, as the
 // CPU oracle does; out may alias x (each element is read before it is written, by one thread).
 #include "backend/cuda/device_util.cuh"
@@ -86,11 +87,56 @@ __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n]
   }
 }
 
+// embed followed by rms_norm_staged_kernel<R, false>, in one block a row: each thread gathers,
+// scales and stores the embedding elements that thread of the norm would load (embed_kernel's
+// arithmetic), then sums and scales them as the norm does: the same x, sums and out bits.
+template <int R, typename W>
+__global__ void embed_rms_norm_staged_kernel(float* __restrict__ x,              // [rows, n]
+                                             float* __restrict__ out,            // [rows, n]
+                                             const W* __restrict__ table,        // [V, n]
+                                             const int32_t* __restrict__ tokens, // [rows]
+                                             const float* __restrict__ w,        // [n] or null
+                                             int64_t V, int64_t n, float scale, float eps) {
+  pdl_begin();
+  const int32_t id = tokens[blockIdx.x];
+  const bool known = id >= 0 && id < V;  // the entry point checked the ids; never read out of bounds regardless
+  const W* src = table + int64_t(known ? id : 0) * n;
+  float* xr = x + blockIdx.x * n;
+  float* o = out + blockIdx.x * n;
+  float v[R], wv[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    float e = i < n && known ? to_f32(src[i]) : 0.0f;
+    v[j] = scale != 1.0f ? e * scale : e;
+    wv[j] = w && i < n ? w[i] : 1.0f;
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) {
+      xr[i] = v[j];
+      ss += double(v[j]) * double(v[j]);
+    }
+  }
+  ss = block_sum(ss);
+  const float s = rms_scale(ss, n, eps);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;
+  }
+}
+
+// The block size of a row norm over rows of n (the staged kernels' sums depend on it).
+int row_norm_threads(int64_t n) { return n >= 1024 ? 512 : n >= 256 ? 256 : 128; }
+
 // rms_norm / add_rms_norm over rows of n: the staged kernel where a thread's elements fit in
 // 16 registers, the loop kernels beyond.
 void launch_row_norm(cudaStream_t stream, float* residual, const float* x, const float* w, float* out, int64_t rows,
                      int64_t n, float eps) {
-  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 128;
+  const int threads = row_norm_threads(n);
   const int64_t per = ceil_div(n, threads);
   const unsigned grid = unsigned(rows);
   auto staged = [&]<int R>() {
@@ -205,6 +251,38 @@ void rms_norm(const Context& ctx, const Tensor& out, const Tensor& x, const Tens
   KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == x.cols));
   if (x.rows == 0) return;
   launch_row_norm(ctx.stream, nullptr, x.f32(), w.empty() ? nullptr : w.f32(), out.f32(), x.rows, x.cols, eps);
+}
+
+bool embed_rms_norm(const Context& ctx, const Tensor& x, const Tensor& out, const Tensor& table, const StepPlan& plan,
+                    float scale, const Tensor& w, float eps) {
+  const int64_t n = table.cols;
+  const int threads = row_norm_threads(n);
+  const int64_t per = ceil_div(n, threads);
+  if (dtype_is_quantized(table.dtype) || per > 16) return false;  // embed then rms_norm
+  check_f32(x, "embed_rms_norm x");
+  check_f32(out, "embed_rms_norm out");
+  check_step(ctx, plan);
+  KCHECK_MSG(x.rows == plan.n_rows() && x.cols == n && out.rows == x.rows && out.cols == n, "embed_rms_norm: x [",
+             x.rows, ", ", x.cols, "], out [", out.rows, ", ", out.cols, "] for ", plan.n_rows(),
+             " tokens of a [", table.rows, ", ", n, "] table");
+  KCHECK_MSG(out.data != x.data, "embed_rms_norm: out must not be x");
+  KCHECK(w.empty() || (w.dtype == DType::kF32 && w.numel() == n));
+  if (x.rows == 0) return true;
+  for (int32_t id : plan.tokens) KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
+  const float* wp = w.empty() ? nullptr : w.f32();
+  dispatch_weight(table.dtype, "embed_rms_norm", [&]<typename W>() {
+    auto go = [&]<int R>() {
+      launch(embed_rms_norm_staged_kernel<R, W>, unsigned(x.rows), threads, 0, ctx.stream, x.f32(), out.f32(),
+             table.as<const W>(), ctx.step.tokens, wp, table.rows, n, scale, eps);
+    };
+    if (per <= 1) go.template operator()<1>();
+    else if (per <= 2) go.template operator()<2>();
+    else if (per <= 4) go.template operator()<4>();
+    else if (per <= 8) go.template operator()<8>();
+    else go.template operator()<16>();
+    CUDA_CHECK_LAUNCH();
+  });
+  return true;
 }
 
 void add_rms_norm(const Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& w, const Tensor& out,

@@ -183,9 +183,9 @@ void QwenModel::forward(const StepPlan& plan, ModelCache& cache, const Tensor& l
   Tensor x = ws_.take(T, H);  // the residual stream
   Tensor h = ws_.take(T, H);  // normalized input of the current sub-layer
   Tensor y = ws_.take(T, H);  // sub-layer output
-  ops_.embed(x, embed_, plan, 1.0f);
-  capture_hidden(capture, x);
-  if (cfg_.n_layers > 0) ops_.rms_norm(h, x, layers_[0].input_norm, eps);
+  if (cfg_.n_layers > 0) ops_.embed_rms_norm(x, h, embed_, plan, 1.0f, layers_[0].input_norm, eps);
+  else ops_.embed(x, embed_, plan, 1.0f);
+  capture_hidden(capture, x);  // the embedding (the norm wrote h)
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const QwenLayer& layer = layers_[size_t(l)];
     // h holds this layer's normalized input: the residual add ending the previous layer made it.

@@ -325,10 +325,9 @@ class Ops {
   // An attention layer's middle: qk_norm_rope(q, q_norm, k, k_norm, p.head_dim, eps, rope_cfg),
   // attention(out, q, k, v, cache, p), then out *= sigmoid(gate) (mul_sigmoid) when gate [T,
   // n_heads * head_dim] is not empty. Bit-identical to those ops, which is what this default runs
-  // (k holds its normed, rotated values after either; q may hold them or stay as given); CUDA,
-  // over a paged cache the step writes, norms and rotates q and k and writes k and v into the cache
-  // in one launch (at a decode step with head_dim 256, in the attention kernel itself), and gates
-  // the output in the attention's combine kernel.
+  // (k holds its normed, rotated values after either); CUDA, over a paged cache the step writes,
+  // norms and rotates q and k and writes k and v into the cache in one launch, and gates the
+  // output in the attention's combine kernel.
   virtual void norm_rope_attention(const Tensor& out, const Tensor& q, const Tensor& q_norm, const Tensor& k,
                                    const Tensor& k_norm, const Tensor& v, const Tensor& gate, float eps,
                                    const RopeConfig& rope_cfg, const KvLayerView& cache, const AttentionParams& p,

@@ -3,9 +3,7 @@
 // a row attends is taken at BF16, the step's own as well (as_cached), as the CPU oracle does.
 // 1. kv_write_kernel (shared with the general path below) writes the step's k/v rows into each
 //    sequence's cache blocks (under Ops::norm_rope_attention, rope.cu's qk_norm_rope_kernel
-//    writes them as it norms and rotates k, and the combine kernel below applies the gate; at a
-//    decode step with head_dim 256, attention_tile_kernel does qk_norm_rope_kernel's work itself:
-//    attention_tile.h's TileQk).
+//    writes them as it norms and rotates k, and the combine kernel below applies the gate).
 // 2. attention_kernel: one block per (row, KV head, split), serving up to 4 query heads of that
 //    KV head's GQA group (each K/V row it loads feeds them all). The row's key positions
 //    [max(0, pos - window + 1), pos] are cut into n_splits contiguous ranges (split-KV: decode
@@ -37,7 +35,6 @@
 // key count) splits, so a row computes the same alone or batched; the grid is sized on the host
 // for the step's largest count (graphs are not used in that mode).
 #include <algorithm>
-#include <cstdlib>
 
 #include <type_traits>
 
@@ -336,12 +333,10 @@ __global__ void attention_combine_kernel(float* __restrict__ out,         // [T,
 // when per_row_splits). C: the cache's element type. mma: attention_mma_kernel (pieces of
 // kMmaHeads heads), else the tile or per-key kernel (pieces of kHeads). gate (or null): the
 // combine kernel multiplies the output by its sigmoid, and runs for that alone at one split.
-// qk (or null): the tile kernel does norm_rope_attention's q/k work as well (TileQk).
 template <int DPL, typename C>
 void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
                       const AttentionParams& p, int64_t row0, int64_t rows, int max_splits, bool per_row_splits,
-                      bool mma, const float* gate, const TileQk* qk) {
-  KCHECK(!qk || (!mma && attention_tiles_apply(p.head_dim)));
+                      bool mma, const float* gate) {
   // head_dim <= 512: at most 4 * 4 * 514 floats, within the 48 KB a launch gets without opting in
   static_assert(kWarps * kHeads * (512 + 2) * sizeof(float) <= 48 * 1024);
   const size_t smem = size_t(kWarps) * kHeads * size_t(p.head_dim + 2) * sizeof(float);
@@ -356,7 +351,7 @@ void launch_attention(const Context& ctx, const Tensor& out, const Tensor& q, co
   if (mma) {
     launch_attention_mma(ctx, grid, out, q, cache, p, row0, per_row_splits, part);
   } else if (attention_tiles_apply(p.head_dim)) {
-    launch_attention_tiles<C>(ctx, grid, out, q, cache, p, row0, per_row_splits, part, qk);
+    launch_attention_tiles<C>(ctx, grid, out, q, cache, p, row0, per_row_splits, part);
   } else {
     const bool full = (p.n_heads / p.n_kv_heads) % kHeads == 0;
     launch((full ? attention_kernel<DPL, C, true> : attention_kernel<DPL, C, false>), grid, kWarps * 32, smem,
@@ -390,14 +385,14 @@ int split_cap(const StepPlan& plan, int64_t per_row, int blocks_per_sm = 2) {
 // with det_splits of its own keys.
 template <int DPL, typename C>
 void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                   const AttentionParams& p, const StepPlan& plan, const float* gate, const TileQk* qk) {
+                   const AttentionParams& p, const StepPlan& plan, const float* gate) {
   const int64_t T = q.rows;
   const bool mma = std::is_same_v<C, __nv_bfloat16> && attention_mma_applies(ctx, DType::kBF16, p.head_dim);
   if (!ctx.deterministic) {
     // blocks a row and split take: a block per kHeads (kMmaHeads) of each KV head's GQA group
     const int64_t per_row = int64_t(p.n_kv_heads) * head_pieces(p.n_heads / p.n_kv_heads, mma ? kMmaHeads : kHeads);
     launch_attention<DPL, C>(ctx, out, q, cache, p, 0, T, split_cap(plan, per_row, mma ? kMmaBlocksPerSm : 2),
-                             false, mma, gate, qk);
+                             false, mma, gate);
     return;
   }
   // Deterministic: each row det_splits(its keys), computed on the device. A launch's grid depth
@@ -420,7 +415,7 @@ void run_attention(const Context& ctx, const Tensor& out, const Tensor& q, const
     // window that short, else for positions below depth * kDetKeysPerSplit
     if (depth < kMaxSplits && !(p.window > 0 && p.window <= depth * kDetKeysPerSplit))
       ctx.guard->limit_positions(int32_t(depth * kDetKeysPerSplit - 1));
-    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, depth, true, mma, gate, qk);
+    launch_attention<DPL, C>(ctx, out, q, cache, p, r0, r1 - r0, depth, true, mma, gate);
     r0 = r1;
   }
 }
@@ -684,42 +679,22 @@ void check_attention(const Context& ctx, const Tensor& out, const Tensor& q, con
 
 // The Qwen-line path after the step's k/v are in the cache: attend over the cache alone; then,
 // with a gate, out *= sigmoid(gate) (in the combine kernel, or mul_sigmoid after the prefill one).
-// With qk (tile_qk_applies), the step's k/v go into the cache in the attention kernel itself.
 void attend_cache(const Context& ctx, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                  const AttentionParams& p, const StepPlan& plan, const Tensor& gate, const TileQk* qk = nullptr) {
+                  const AttentionParams& p, const StepPlan& plan, const Tensor& gate) {
   const int hd = p.head_dim;
   const float* g = gate.empty() ? nullptr : gate.f32();
   dispatch_kv_cache(cache.k, cache.v, "attention", [&]<typename C>() {
     if (attention_prefill_applies(ctx, q, cache, p, plan)) {  // a long prefill chunk: the tiled kernel
-      KCHECK(!qk);
       attention_prefill(ctx, out, q, cache, p, plan);
       if (g) mul_sigmoid(ctx, out, gate);
       return;
     }
-    if (hd <= 32) run_attention<1, C>(ctx, out, q, cache, p, plan, g, qk);
-    else if (hd <= 64) run_attention<2, C>(ctx, out, q, cache, p, plan, g, qk);
-    else if (hd <= 128) run_attention<4, C>(ctx, out, q, cache, p, plan, g, qk);
-    else if (hd <= 256) run_attention<8, C>(ctx, out, q, cache, p, plan, g, qk);
-    else run_attention<16, C>(ctx, out, q, cache, p, plan, g, qk);
+    if (hd <= 32) run_attention<1, C>(ctx, out, q, cache, p, plan, g);
+    else if (hd <= 64) run_attention<2, C>(ctx, out, q, cache, p, plan, g);
+    else if (hd <= 128) run_attention<4, C>(ctx, out, q, cache, p, plan, g);
+    else if (hd <= 256) run_attention<8, C>(ctx, out, q, cache, p, plan, g);
+    else run_attention<16, C>(ctx, out, q, cache, p, plan, g);
   });
-}
-
-// Whether the tile kernel can do norm_rope_attention's q/k work for this step (TileQk): every
-// sequence one new row (so a row's own key is the only one of the step it attends), head_dim 256,
-// a block's query heads the KV head's whole group (one block a row and split writes the row's k),
-// and the step attends on the tile kernel (not the tensor-core or the prefill one).
-// KESTREL_CUDA_QK_IN_ATTENTION=0 turns it off (read once), to measure what it buys.
-bool tile_qk_applies(const Context& ctx, const Tensor& q, const KvLayerView& cache, const AttentionParams& p,
-                     const StepPlan& plan) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KESTREL_CUDA_QK_IN_ATTENTION");
-    return !(v && v[0] == '0');
-  }();
-  if (!enabled || p.head_dim != 256 || p.n_heads / p.n_kv_heads > kHeads || plan.n_rows() == 0) return false;
-  for (const SeqStep& s : plan.seqs)
-    if (s.n_tokens != 1) return false;
-  if (cache.k.dtype == DType::kBF16 && attention_mma_applies(ctx, DType::kBF16, p.head_dim)) return false;
-  return !attention_prefill_applies(ctx, q, cache, p, plan);
 }
 
 }  // namespace
@@ -769,12 +744,6 @@ bool norm_rope_attention(const Context& ctx, const Tensor& out, const Tensor& q,
     check_f32(gate, "norm_rope_attention gate");
     KCHECK_MSG(gate.rows == out.rows && gate.cols == out.cols, "norm_rope_attention: gate [", gate.rows, ", ",
                gate.cols, "] for an output of [", out.rows, ", ", out.cols, "]");
-  }
-  TileQk qk;
-  if (tile_qk_applies(ctx, q, cache, p, plan) &&
-      tile_qk(qk, q, q_norm, k, k_norm, v, p.head_dim, eps, rope, cache, plan)) {
-    attend_cache(ctx, out, q, cache, p, plan, gate, &qk);  // one launch fewer: no qk_norm_rope_kernel
-    return true;
   }
   if (!qk_norm_rope_kv_write(ctx, q, q_norm, k, k_norm, v, p.head_dim, eps, rope, cache, plan)) return false;
   if (q.rows > 0) attend_cache(ctx, out, q, cache, p, plan, gate);

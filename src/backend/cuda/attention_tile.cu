@@ -94,14 +94,14 @@ __device__ __forceinline__ void dims_floats(const __nv_bfloat16* p, float (&o)[N
   }
 }
 
-// kQk: TileQk's q/k work first (kc and vc are then written as well as read: no __restrict__).
-template <typename C, int HD, bool kQk>
+template <typename C, int HD>
 __global__ void __launch_bounds__(kTileThreads)
-    attention_tile_kernel(float* __restrict__ out, const float* __restrict__ q, const C* kc, const C* vc,
-                          const int32_t* __restrict__ positions, const int32_t* __restrict__ row_seq,
-                          const SeqStep* __restrict__ seqs, const int32_t* __restrict__ block_tables, int block_size,
-                          int n_heads, int group, float scale, int window, int64_t row0, bool per_row_splits,
-                          const int32_t* __restrict__ max_position, float* __restrict__ part, const TileQk qk) {
+    attention_tile_kernel(float* __restrict__ out, const float* __restrict__ q, const C* __restrict__ kc,
+                          const C* __restrict__ vc, const int32_t* __restrict__ positions,
+                          const int32_t* __restrict__ row_seq, const SeqStep* __restrict__ seqs,
+                          const int32_t* __restrict__ block_tables, int block_size, int n_heads, int group,
+                          float scale, int window, int64_t row0, bool per_row_splits,
+                          const int32_t* __restrict__ max_position, float* __restrict__ part) {
   pdl_begin();
   using L = TileLayout<C, HD>;
   constexpr int S = L::kStages, CE = L::kChunkElems;
@@ -119,46 +119,9 @@ __global__ void __launch_bounds__(kTileThreads)
   const int kvh = b.kvh, h0 = b.h0, nh = b.nh, n_splits = b.n_splits, split = b.split;  // heads h0 .. h0 + nh - 1
   const SeqStep& s = b.s;
   const int64_t kv_width = int64_t(n_heads / group) * HD;
-  if constexpr (kQk) {
-    static_assert(HD <= 256 && kTileThreads / 32 == kHeads, "TileQk: a warp a head of at most 8 values a lane");
-    constexpr int R = HD / 32;
-    const int warp = tid >> 5, lane = tid & 31;
-    if (j0 <= b.pos && b.pos <= j1) {  // the row's own key: its k and v go into the cache before any copy
-      const int64_t at = cache_row(block_tables, s, block_size, b.pos) * kv_width + int64_t(kvh) * HD;
-      const int64_t from = r * kv_width + int64_t(kvh) * HD;
-      if (warp == 0) {  // k: normed and rotated into the cache and, as qk_norm_rope_kernel leaves it, in place
-        float xv[R];
-        warp_load_norm_head<R>(xv, qk.k + from, qk.k_norm, HD, qk.eps);
-        float* const kin = const_cast<float*>(qk.k) + from;
-        C* const kdst = const_cast<C*>(kc) + at;
-        // the rotation's copy in the first stage, which no copy has been issued into yet
-        warp_rope_head<R>(xv, reinterpret_cast<float*>(kv), float(b.pos), qk.half, qk.span, qk.freqs,
-                          [&](int i, float x) {
-                            kin[i] = x;
-                            kdst[i] = to_cache<C>(x);
-                          });
-      } else if (warp == 1) {
-        C* const vdst = const_cast<C*>(vc) + at;
-#pragma unroll
-        for (int j = 0; j < R; ++j) vdst[lane + 32 * j] = to_cache<C>(qk.v[from + lane + 32 * j]);
-      }
-      __threadfence();
-      __syncthreads();  // the stored row is visible to the block's copies (and the stage free again)
-    }
-    float* const qh = qs + warp * HD;  // warp g: query head h0 + g, normed and rotated as qk_norm_rope_kernel does
-    if (warp < nh) {
-      float xv[R];
-      warp_load_norm_head<R>(xv, q + r * int64_t(n_heads) * HD + int64_t(h0 + warp) * HD, qk.q_norm, HD, qk.eps);
-      warp_rope_head<R>(xv, qh, float(b.pos), qk.half, qk.span, qk.freqs, [&](int i, float x) { qh[i] = x; });
-    } else {
-#pragma unroll
-      for (int j = 0; j < R; ++j) qh[lane + 32 * j] = 0.0f;
-    }
-  } else {
-    for (int i = tid; i < kHeads * HD; i += kTileThreads) {
-      const int g = i / HD;
-      qs[i] = g < nh ? q[r * int64_t(n_heads) * HD + int64_t(h0 + g) * HD + i % HD] : 0.0f;
-    }
+  for (int i = tid; i < kHeads * HD; i += kTileThreads) {
+    const int g = i / HD;
+    qs[i] = g < nh ? q[r * int64_t(n_heads) * HD + int64_t(h0 + g) * HD + i % HD] : 0.0f;
   }
   const int n_keys = j1 >= j0 ? int(j1 - j0 + 1) : 0;
   const int n_tiles = (n_keys + kTileKeys - 1) / kTileKeys;
@@ -305,23 +268,23 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 // attention_tile_kernel over `grid`, its shared memory opted into once.
-template <typename C, int HD, bool kQk>
+template <typename C, int HD>
 void launch_tiles(const Context& ctx, dim3 grid, const Tensor& out, const Tensor& q, const KvLayerView& cache,
-                  const AttentionParams& p, int64_t row0, bool per_row_splits, float* part, const TileQk& qk) {
+                  const AttentionParams& p, int64_t row0, bool per_row_splits, float* part) {
   using L = TileLayout<C, HD>;
-  auto* const kernel = attention_tile_kernel<C, HD, kQk>;
-  static const bool configured = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_tile_kernel<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(L::kBytes)));
     // all of the unified L1 as shared memory: room for the most blocks a multiprocessor
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_tile_kernel<C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)));
     return true;
   }();
   (void)configured;
-  launch(kernel, grid, kTileThreads, L::kBytes, ctx.stream, out.f32(), q.f32(), static_cast<const C*>(cache.k.data),
-         static_cast<const C*>(cache.v.data), ctx.step.positions, ctx.step.row_seq, ctx.step.seqs,
-         ctx.step.block_tables, ctx.step.block_size, p.n_heads, p.n_heads / p.n_kv_heads, p.scale, p.window, row0,
-         per_row_splits, ctx.step.max_position, part, qk);
+  launch(attention_tile_kernel<C, HD>, grid, kTileThreads, L::kBytes, ctx.stream, out.f32(), q.f32(),
+         static_cast<const C*>(cache.k.data), static_cast<const C*>(cache.v.data), ctx.step.positions,
+         ctx.step.row_seq, ctx.step.seqs, ctx.step.block_tables, ctx.step.block_size, p.n_heads,
+         p.n_heads / p.n_kv_heads, p.scale, p.window, row0, per_row_splits, ctx.step.max_position, part);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -330,23 +293,15 @@ void launch_tiles(const Context& ctx, dim3 grid, const Tensor& out, const Tensor
 template <typename C>
 void launch_attention_tiles(const Context& ctx, dim3 grid, const Tensor& out, const Tensor& q,
                             const KvLayerView& cache, const AttentionParams& p, int64_t row0, bool per_row_splits,
-                            float* part, const TileQk* qk) {
+                            float* part) {
   KCHECK_MSG(attention_tiles_apply(p.head_dim), "attention tiles: head_dim ", p.head_dim, " (256 or 512)");
-  if (qk) {
-    KCHECK_MSG(p.head_dim == 256 && p.n_heads / p.n_kv_heads <= kHeads, "attention tiles with the q/k work: head_dim ",
-               p.head_dim, ", ", p.n_heads / p.n_kv_heads, " query heads a KV head (256 and at most ", kHeads, ")");
-    launch_tiles<C, 256, true>(ctx, grid, out, q, cache, p, row0, per_row_splits, part, *qk);
-  } else if (p.head_dim == 256) {
-    launch_tiles<C, 256, false>(ctx, grid, out, q, cache, p, row0, per_row_splits, part, TileQk{});
-  } else {
-    launch_tiles<C, 512, false>(ctx, grid, out, q, cache, p, row0, per_row_splits, part, TileQk{});
-  }
+  if (p.head_dim == 256) launch_tiles<C, 256>(ctx, grid, out, q, cache, p, row0, per_row_splits, part);
+  else launch_tiles<C, 512>(ctx, grid, out, q, cache, p, row0, per_row_splits, part);
 }
 
 template void launch_attention_tiles<float>(const Context&, dim3, const Tensor&, const Tensor&, const KvLayerView&,
-                                            const AttentionParams&, int64_t, bool, float*, const TileQk*);
+                                            const AttentionParams&, int64_t, bool, float*);
 template void launch_attention_tiles<__nv_bfloat16>(const Context&, dim3, const Tensor&, const Tensor&,
-                                                    const KvLayerView&, const AttentionParams&, int64_t, bool, float*,
-                                                    const TileQk*);
+                                                    const KvLayerView&, const AttentionParams&, int64_t, bool, float*);
 
 }  // namespace kestrel::cuda

@@ -4,21 +4,22 @@
 // (Gemma 4's proportional RoPE) pairs (i, i + head_dim/2) instead of (i, i + rotary_dim/2), of
 // which the first rotary_dim/2 rotate.
 #include "backend/cuda/attention_split.cuh"
-#include "backend/cuda/attention_tile.h"
-#include "backend/cuda/rope.cuh"
+#include "backend/cuda/device_util.cuh"
 
 namespace kestrel::cuda {
-
-// The per-pair inverse frequencies of a RoPE config (rope_inv_freq, as the CPU forms them).
-InvFreqs inv_freqs(const RopeConfig& cfg) {
-  const int half = cfg.rotary_dim / 2, freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : cfg.rotary_dim;
-  KCHECK_MSG(half <= kMaxPairs, "rope: rotary_dim ", cfg.rotary_dim, " above ", 2 * kMaxPairs);
-  InvFreqs freqs{};
-  for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
-  return freqs;
-}
-
 namespace {
+
+constexpr int kMaxPairs = 256;
+struct InvFreqs {
+  float v[kMaxPairs];  // rope_inv_freq of each rotating pair, formed on the host like the CPU's
+};
+
+// A pair's rotation, its roundings spelled out so that rope_kernel and qk_norm_rope_kernel give
+// the same bits: x' = a c - b s, y' = b c + a s, the second product rounded first.
+__device__ __forceinline__ void rotate_pair(float a, float b, float c, float s, float& x, float& y) {
+  x = __fmaf_rn(a, c, -__fmul_rn(b, s));
+  y = __fmaf_rn(b, c, __fmul_rn(a, s));
+}
 
 // grid: T blocks; threads walk (head, i) for i < half; pair (i, i + span).
 __global__ void rope_kernel(float* x,  // [T, n_heads * head_dim], in place
@@ -81,14 +82,58 @@ __global__ void qk_norm_rope_kernel(float* q, const float* __restrict__ q_norm, 
     }
   }
   float* v = is_q ? q + (r * q_heads + h) * d : k + (r * k_heads + (h - q_heads)) * d;
+  const float* w = is_q ? q_norm : k_norm;
   float xv[R];
-  warp_load_norm_head<R>(xv, v, is_q ? q_norm : k_norm, d, eps);
-  // The rotation reads a pair's two values from the warp's copy of the head in shared memory.
+#pragma unroll
+  for (int j = 0; j < R; ++j) xv[j] = v[lane + 32 * j];
+  if (w) {
+    float wv[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) wv[j] = w[lane + 32 * j];
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < R; ++j) ss += double(xv[j]) * double(xv[j]);
+    ss = warp_sum(ss);
+    const float sc = rms_scale(ss, d, eps);
+#pragma unroll
+    for (int j = 0; j < R; ++j) xv[j] = (xv[j] * sc) * wv[j];
+  }
+  // The rotation reads a pair's two values from the warp's copy of the head in shared memory;
+  // a pair's owner (i < half) writes both, every other value is written as it is.
   __shared__ float heads[kQkWarps][kQkMaxDim];
-  warp_rope_head<R>(xv, heads[threadIdx.x >> 5], float(positions[r]), half, span, freqs, [&](int i, float x) {
-    v[i] = x;
-    if (cached) cached[i] = to_cache<C>(x);
-  });
+  float* hs = heads[threadIdx.x >> 5];
+#pragma unroll
+  for (int j = 0; j < R; ++j) hs[lane + 32 * j] = xv[j];
+  __syncwarp();
+  const float pos = float(positions[r]);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) {
+      const float angle = pos * freqs.v[i];
+      const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+      float a, b;
+      rotate_pair(hs[i], hs[i + span], c, s, a, b);
+      v[i] = a;
+      v[i + span] = b;
+      if (cached) {
+        cached[i] = to_cache<C>(a);
+        cached[i + span] = to_cache<C>(b);
+      }
+    } else if (i < span || i >= span + half) {
+      v[i] = xv[j];
+      if (cached) cached[i] = to_cache<C>(xv[j]);
+    }
+  }
+}
+
+// The per-pair inverse frequencies of a RoPE config (rope_inv_freq, as the CPU forms them).
+InvFreqs inv_freqs(const RopeConfig& cfg) {
+  const int half = cfg.rotary_dim / 2, freq_dim = cfg.freq_dim > 0 ? cfg.freq_dim : cfg.rotary_dim;
+  KCHECK_MSG(half <= kMaxPairs, "rope: rotary_dim ", cfg.rotary_dim, " above ", 2 * kMaxPairs);
+  InvFreqs freqs{};
+  for (int i = 0; i < half; ++i) freqs.v[i] = rope_inv_freq(cfg.theta, i, freq_dim);
+  return freqs;
 }
 
 // Whether qk_norm_rope_kernel takes these shapes (head_dim a multiple of 32 up to kQkMaxDim, the
@@ -104,16 +149,6 @@ bool qk_kernel_fits(const Tensor& q, const Tensor& q_norm, const Tensor& k, cons
   for (const Tensor* w : {&q_norm, &k_norm})
     if (!w->empty() && (w->dtype != DType::kF32 || w->numel() != d)) return false;
   return true;
-}
-
-// Whether qk_norm_rope_kernel also takes the cache write: a paged F32 or BF16 cache of k's width,
-// F32 v of k's shape.
-bool kv_write_fits(const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, const Tensor& v, int d,
-                   const RopeConfig& cfg, const KvLayerView& cache, const StepPlan& plan) {
-  return !k.empty() && cache.ring_rows == 0 && qk_kernel_fits(q, q_norm, k, k_norm, d, cfg, plan) &&
-         v.dtype == DType::kF32 && v.rows == k.rows && v.cols == k.cols && cache.k.cols == k.cols &&
-         cache.v.cols == k.cols && cache.k.dtype == cache.v.dtype &&
-         (cache.k.dtype == DType::kF32 || cache.k.dtype == DType::kBF16);
 }
 
 template <typename C>
@@ -150,7 +185,11 @@ bool qk_norm_rope(const Context& ctx, const Tensor& q, const Tensor& q_norm, con
 bool qk_norm_rope_kv_write(const Context& ctx, const Tensor& q, const Tensor& q_norm, const Tensor& k,
                            const Tensor& k_norm, const Tensor& v, int head_dim, float eps, const RopeConfig& cfg,
                            const KvLayerView& cache, const StepPlan& plan) {
-  if (!kv_write_fits(q, q_norm, k, k_norm, v, head_dim, cfg, cache, plan)) return false;
+  if (k.empty() || cache.ring_rows != 0 || !qk_kernel_fits(q, q_norm, k, k_norm, head_dim, cfg, plan)) return false;
+  if (v.dtype != DType::kF32 || v.rows != k.rows || v.cols != k.cols || cache.k.cols != k.cols ||
+      cache.v.cols != k.cols || cache.k.dtype != cache.v.dtype ||
+      (cache.k.dtype != DType::kF32 && cache.k.dtype != DType::kBF16))
+    return false;
   check_step(ctx, plan);
   auto run = [&]<typename C>() {
     const KvDest<C> kv{.k_cache = static_cast<C*>(cache.k.data), .v_cache = static_cast<C*>(cache.v.data),
@@ -160,16 +199,6 @@ bool qk_norm_rope_kv_write(const Context& ctx, const Tensor& q, const Tensor& q_
   };
   if (cache.k.dtype == DType::kBF16) run.template operator()<__nv_bfloat16>();
   else run.template operator()<float>();
-  return true;
-}
-
-bool tile_qk(TileQk& qk, const Tensor& q, const Tensor& q_norm, const Tensor& k, const Tensor& k_norm, const Tensor& v,
-             int head_dim, float eps, const RopeConfig& cfg, const KvLayerView& cache, const StepPlan& plan) {
-  if (!kv_write_fits(q, q_norm, k, k_norm, v, head_dim, cfg, cache, plan)) return false;
-  const int half = cfg.rotary_dim / 2;
-  qk = TileQk{.k = k.f32(), .v = v.f32(), .q_norm = q_norm.empty() ? nullptr : q_norm.f32(),
-              .k_norm = k_norm.empty() ? nullptr : k_norm.f32(), .half = half,
-              .span = cfg.whole_head_pairs ? head_dim / 2 : half, .eps = eps, .freqs = inv_freqs(cfg)};
   return true;
 }
 

@@ -81,12 +81,16 @@ TEST_F(GpuTest, QkNormRopeEqualsNormThenRope) {
 // split), decode rows deep in their context (several splits), a 80-row prefill chunk (the tiled
 // prefill kernel, then mul_sigmoid), and 70 decode rows (one split a row by the grid's size: the
 // combine kernel runs for the gate alone). Caches F32 and BF16 (at head_dim 256 the tensor-core
-// decode kernel), with and without the gate and the norms, partial and full rotations.
+// decode kernel), with and without the gate and the norms, partial and full rotations, GQA groups
+// of 1 to 8 query heads (the 9B's 16 / 4) and Gemma 4's pairs across the head.
 TEST_F(GpuTest, NormRopeAttentionEqualsTheOps) {
-  struct Case { int heads, kv, hd, rot; bool gate, norms; DType cache; };
+  struct Case { int heads, kv, hd, rot; bool gate, norms; DType cache; bool whole = false; };
   const std::vector<Case> cases = {{16, 2, 256, 64, true, true, DType::kF32},   {16, 2, 256, 64, true, true, DType::kBF16},
                                    {8, 2, 128, 128, true, false, DType::kF32},  {4, 1, 64, 32, false, true, DType::kBF16},
-                                   {4, 4, 32, 32, false, false, DType::kF32},   {6, 1, 256, 256, true, true, DType::kF32}};
+                                   {4, 4, 32, 32, false, false, DType::kF32},   {6, 1, 256, 256, true, true, DType::kF32},
+                                   {16, 4, 256, 64, true, true, DType::kF32},   {16, 4, 256, 64, true, true, DType::kBF16},
+                                   {4, 1, 256, 256, false, true, DType::kF32},  {6, 2, 256, 128, true, false, DType::kF32},
+                                   {8, 2, 256, 64, true, true, DType::kF32, true}};
   std::vector<std::pair<int, int>> many;
   for (int i = 0; i < 70; ++i) many.push_back({i * 3, 1});
   const std::vector<std::vector<std::pair<int, int>>> batches = {
@@ -112,7 +116,8 @@ TEST_F(GpuTest, NormRopeAttentionEqualsTheOps) {
       const Tensor& gate = c.gate ? g.view() : none;
       const Tensor& tqn = c.norms ? qn.view() : none;
       const Tensor& tkn = c.norms ? kn.view() : none;
-      const RopeConfig rc{.theta = 1e7, .rotary_dim = c.rot};
+      const RopeConfig rc{.theta = 1e7, .rotary_dim = c.rot, .freq_dim = c.whole ? c.hd : 0,
+                          .whole_head_pairs = c.whole};
       const AttentionParams p{.n_heads = c.heads, .n_kv_heads = c.kv, .head_dim = c.hd,
                               .scale = 1.0f / std::sqrt(float(c.hd))};
       gpu().begin_step(plan);

@@ -62,6 +62,8 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   # matmuls, Q4_K 8-row passes, the gated MLP's epilogue, early weight loads before the PDL wait)
   kernels+=':GpuTest.Matmul:GpuTest.GatedMlpEqualsItsParts:QuantGpuTest.MatmulTensorCoresFewRows'
   kernels+=':QuantGpuTest.MatmulPrefillAcrossDequantTiles:QuantGpuTest.MatmulRowsBitIdenticalToAlone'
+  # the embedding fused with the first norm (2026-12-06; the one-launch argmax is GpuTest.Argmax above)
+  kernels+=':GpuTest.EmbedRmsNorm*'
   # SANITIZE_TESTS replaces the list (a gtest filter); SANITIZE_TIMEOUT the time box of each tool.
   kernels="${SANITIZE_TESTS:-$kernels}"
   for tool in memcheck racecheck; do

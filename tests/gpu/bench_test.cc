@@ -13,6 +13,8 @@
 #ifdef KESTREL_HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include "backend/cuda/stage_bench.h"
 #endif
 
 namespace kestrel::test {
@@ -65,6 +67,21 @@ class GpuBench : public GpuTest {
     return double(std::count(touched.begin(), touched.end(), true));
   }
 };
+
+// A dependent stage as its own launch in a CUDA graph (how a decode step's kernels run, under
+// programmatic dependent launch) against a grid barrier inside one persistent kernel: the first
+// measurement of docs/cuda.md's persistent-kernel plan. Stages of no work, of a small projection's
+// bytes and of the 9B's output projection's (~32 MB). Both forms must compute the same chain.
+TEST_F(GpuBench, StageChain) {
+#ifdef KESTREL_HAVE_CUDA
+  for (size_t mb : {0, 4, 32}) {
+    const cuda::StageChainTiming t = cuda::time_stage_chain(32, mb << 20, 10);
+    EXPECT_TRUE(t.same_result) << mb << " MB a stage";
+    std::printf("BENCH stage_chain %zu MB a stage, %d blocks: a launch %.2f us, a grid barrier %.2f us a stage\n", mb,
+                t.blocks, t.launches_us, t.barrier_us);
+  }
+#endif
+}
 
 TEST_F(GpuBench, MatmulDecodeAndPrefill) {
   const int K = 4096, N = 12288;

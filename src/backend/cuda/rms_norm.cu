@@ -47,6 +47,30 @@ __global__ void add_rms_norm_kernel(float* residual,             // [rows, n]
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (rr[i] * s) * w[i] : rr[i] * s;
 }
 
+// The staged kernels' sums and scaling of a thread's R values v (weights wv; element i of the row
+// is v[j] for i = threadIdx.x + j * blockDim.x): with kKeep each value is also stored in keep[i]
+// (the new residual, the gathered embedding), and out[i] gets it normalized.
+template <int R, bool kKeep>
+__device__ __forceinline__ void staged_norm_finish(const float (&v)[R], const float (&wv)[R], float* keep, float* o,
+                                                   const float* __restrict__ w, int64_t n, float eps) {
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) {
+      if constexpr (kKeep) keep[i] = v[j];
+      ss += double(v[j]) * double(v[j]);
+    }
+  }
+  ss = block_sum(ss);
+  const float s = rms_scale(ss, n, eps);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;
+  }
+}
+
 // The same two kernels with each thread's R elements held in registers between the sum and the
 // scaling (n <= R * blockDim.x): every load is issued before the first store, where the loops
 // above wait on each load in turn (out may alias x, so a store orders the loads after it). A
@@ -69,22 +93,7 @@ __global__ void rms_norm_staged_kernel(float* residual,             // [rows, n]
     v[j] = i < n ? (kAdd ? rr[i] + xr[i] : xr[i]) : 0.0f;
     wv[j] = w && i < n ? w[i] : 1.0f;
   }
-  double ss = 0.0;
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < n) {
-      if constexpr (kAdd) rr[i] = v[j];
-      ss += double(v[j]) * double(v[j]);
-    }
-  }
-  ss = block_sum(ss);
-  const float s = rms_scale(ss, n, eps);
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;
-  }
+  staged_norm_finish<R, kAdd>(v, wv, rr, o, w, n, eps);
 }
 
 // embed followed by rms_norm_staged_kernel<R, false>, in one block a row: each thread gathers,
@@ -111,22 +120,7 @@ __global__ void embed_rms_norm_staged_kernel(float* __restrict__ x,             
     v[j] = scale != 1.0f ? e * scale : e;
     wv[j] = w && i < n ? w[i] : 1.0f;
   }
-  double ss = 0.0;
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < n) {
-      xr[i] = v[j];
-      ss += double(v[j]) * double(v[j]);
-    }
-  }
-  ss = block_sum(ss);
-  const float s = rms_scale(ss, n, eps);
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < n) o[i] = w ? (v[j] * s) * wv[j] : v[j] * s;
-  }
+  staged_norm_finish<R, true>(v, wv, xr, o, w, n, eps);
 }
 
 // The block size of a row norm over rows of n (the staged kernels' sums depend on it).

@@ -126,6 +126,17 @@ __global__ void embed_rms_norm_staged_kernel(float* __restrict__ x,             
 // The block size of a row norm over rows of n (the staged kernels' sums depend on it).
 int row_norm_threads(int64_t n) { return n >= 1024 ? 512 : n >= 256 ? 256 : 128; }
 
+// fn.template operator()<R>() with the staged kernels' R for `per` elements a thread (per <= 16):
+// the smallest of 1, 2, 4, 8, 16 that holds them.
+template <typename Fn>
+void with_staged_count(int64_t per, Fn&& fn) {
+  if (per <= 1) fn.template operator()<1>();
+  else if (per <= 2) fn.template operator()<2>();
+  else if (per <= 4) fn.template operator()<4>();
+  else if (per <= 8) fn.template operator()<8>();
+  else fn.template operator()<16>();
+}
+
 // rms_norm / add_rms_norm over rows of n: the staged kernel where a thread's elements fit in
 // 16 registers, the loop kernels beyond.
 void launch_row_norm(cudaStream_t stream, float* residual, const float* x, const float* w, float* out, int64_t rows,
@@ -137,11 +148,7 @@ void launch_row_norm(cudaStream_t stream, float* residual, const float* x, const
     if (residual) launch(rms_norm_staged_kernel<R, true>, grid, threads, 0, stream, residual, x, w, out, n, eps);
     else launch(rms_norm_staged_kernel<R, false>, grid, threads, 0, stream, nullptr, x, w, out, n, eps);
   };
-  if (per <= 1) staged.template operator()<1>();
-  else if (per <= 2) staged.template operator()<2>();
-  else if (per <= 4) staged.template operator()<4>();
-  else if (per <= 8) staged.template operator()<8>();
-  else if (per <= 16) staged.template operator()<16>();
+  if (per <= 16) with_staged_count(per, staged);
   else if (residual) launch(add_rms_norm_kernel, grid, threads, 0, stream, residual, x, w, out, n, eps);
   else launch(rms_norm_kernel, grid, threads, 0, stream, out, x, w, n, eps);
   CUDA_CHECK_LAUNCH();
@@ -269,11 +276,7 @@ bool embed_rms_norm(const Context& ctx, const Tensor& x, const Tensor& out, cons
       launch(embed_rms_norm_staged_kernel<R, W>, unsigned(x.rows), threads, 0, ctx.stream, x.f32(), out.f32(),
              table.as<const W>(), ctx.step.tokens, wp, table.rows, n, scale, eps);
     };
-    if (per <= 1) go.template operator()<1>();
-    else if (per <= 2) go.template operator()<2>();
-    else if (per <= 4) go.template operator()<4>();
-    else if (per <= 8) go.template operator()<8>();
-    else go.template operator()<16>();
+    with_staged_count(per, go);
     CUDA_CHECK_LAUNCH();
   });
   return true;

@@ -140,6 +140,7 @@ int bench_cmd(const Args& args) {
   const BackendOptions bo = backend_options(args);
   auto backend = make_backend(bo);
   const bool profile = args.flag("profile");
+  const bool queue_steps = args.flag("queue-steps");
   std::unique_ptr<ProfilingOps> profiler;
   Ops* ops = backend.get();
   if (profile) {
@@ -164,6 +165,9 @@ int bench_cmd(const Args& args) {
               matmul_precision.empty() ? "" : (", matmul precision " + matmul_precision).c_str(), kv_cache.c_str(),
               ThreadPool::global().size());
   std::printf("measured copy bandwidth: %.1f GB/s (the roofline below)\n", copy_bw / 1e9);
+  if (queue_steps)
+    std::printf("tg steps queued without reading back their tokens (--queue-steps): the host's turnaround between "
+                "steps is off the chain\n");
   MatmulCeiling ceiling;
   if (profile) {
     ceiling = measure_matmul_ceiling(*backend);
@@ -283,7 +287,12 @@ int bench_cmd(const Args& args) {
           for (int64_t i = 0; i < N; ++i) {
             std::vector<StepItem> items;
             for (int64_t b = 0; b < B; ++b) items.push_back({.seq = &seqs[size_t(b)], .tokens = last[size_t(b)]});
-            // greedy on the backend, so the next token depends on the logits
+            // greedy on the backend, so the next token depends on the logits; with --queue-steps
+            // every step but the last is queued without waiting, each feeding the same tokens
+            if (queue_steps && i + 1 < N) {
+              runner.queue_step_argmax(items);
+              continue;
+            }
             const auto& ids = runner.step_argmax(items);
             for (int64_t b = 0; b < B; ++b) last[size_t(b)][0] = ids[size_t(b)];
           }
@@ -319,7 +328,7 @@ int bench_cmd(const Args& args) {
   const std::string date = now_utc();
   nlohmann::json doc = {{"model", dir}, {"model_type", cfg.model_type}, {"device", ops->name()},
                         {"device_name", device_name},
-                        {"deterministic", bo.deterministic},
+                        {"deterministic", bo.deterministic}, {"queue_steps", queue_steps},
                         {"matmul_precision",  // null on cpu
                          matmul_precision.empty() ? nlohmann::json() : nlohmann::json(matmul_precision)},
                         {"kv_cache", kv_cache},
@@ -344,7 +353,7 @@ const Registrar kReg{{
     .summary = "measure prompt processing and token generation speed",
     .usage = "kestrel bench -m DIR|FILE.gguf [-p 512,8192] [-n 128] [-b 1,8] [-d 0,8192] [-r 3] [--profile] "
              "[--device cpu|cuda] [--matmul-precision bf16x3|bf16x2|bf16|exact] [--kv-cache f32|bf16] "
-             "[--deterministic] [--json FILE]",
+             "[--deterministic] [--queue-steps] [--json FILE]",
     .details = "pp<P>: prefill of P tokens; tg<N>: N decode steps of B sequences at context depth D (the depth\n"
                "is prefilled first, untimed). The tg runs of a test share one runner, so the CUDA step graphs\n"
                "its warm-up run records replay in the timed runs, as in a server.\n"
@@ -361,7 +370,11 @@ const Registrar kReg{{
                "each token on the backend (no logits come back). --deterministic measures the batch-invariant\n"
                "kernels (compare with a run without it for what the mode costs). --matmul-precision measures\n"
                "prefill at another precision of the CUDA matmuls and attention; on cuda the header and the JSON\n"
-               "record the precision the run computed with (exact under --deterministic; null on cpu).",
+               "record the precision the run computed with (exact under --deterministic; null on cpu).\n"
+               "--queue-steps queues each tg step on the backend without waiting for its tokens (every step\n"
+               "feeds the same ones; only the last is read back): the device's time per step with the host's\n"
+               "turnaround between steps (the read back, the next plan, the launch) off the chain. The gap to a\n"
+               "run without it is what that turnaround costs.",
     .options = {{"model", "m", "DIR", "model directory, or a .gguf file"},
                 {"p", "p", "LIST", "prompt lengths for pp tests (0 = none)", "512"},
                 {"n", "n", "LIST", "tokens per tg test (0 = none)", "128"},
@@ -376,7 +389,8 @@ const Registrar kReg{{
                 {"device", "", "cpu|cuda", "backend", "cpu"},
                 {"kv-cache", "", "f32|bf16", kKvCacheHelp, kKvCacheDefault},
                 {"matmul-precision", "", "bf16x3|bf16x2|bf16|exact", kMatmulPrecisionHelp, "bf16x3"},
-                {"deterministic", "", "", kDeterministicHelp}},
+                {"deterministic", "", "", kDeterministicHelp},
+                {"queue-steps", "", "", "tg steps queue on the backend without reading back their tokens"}},
     .run = bench_cmd,
 }};
 

@@ -139,18 +139,23 @@ const std::vector<float>& Runner::step(const std::vector<StepItem>& items, Hidde
   return host_logits_;
 }
 
-const std::vector<int32_t>& Runner::step_argmax(const std::vector<StepItem>& items) {
+Tensor Runner::argmax_ids(const std::vector<StepItem>& items) {
   const Tensor out = forward(items, nullptr);
   const int64_t R = out.rows;
   if (ids_.empty() || ids_.view().rows < R) ids_ = model_.ops().alloc(DType::kI32, std::max<int64_t>(R, 1), 1);
   const Tensor ids = ids_.view().rows_slice(0, R);
-  host_ids_.resize(size_t(R));
-  if (R) {
-    model_.ops().argmax(ids, out);
-    model_.ops().to_host(ids, host_ids_.data());
-  }
+  if (R) model_.ops().argmax(ids, out);
+  return ids;
+}
+
+const std::vector<int32_t>& Runner::step_argmax(const std::vector<StepItem>& items) {
+  const Tensor ids = argmax_ids(items);
+  host_ids_.resize(size_t(ids.rows));
+  if (ids.rows) model_.ops().to_host(ids, host_ids_.data());
   return host_ids_;
 }
+
+void Runner::queue_step_argmax(const std::vector<StepItem>& items) { argmax_ids(items); }
 
 const Runner::Candidates& Runner::step_candidates(const std::vector<StepItem>& items,
                                                   std::span<const float> temperatures, int64_t m) {

@@ -73,6 +73,10 @@ class Runner {
   // The same step, returning for each requested row only the index of its largest logit (the
   // sampler's argmax, computed on the backend): greedy decoding without bringing the logits back.
   const std::vector<int32_t>& step_argmax(const std::vector<StepItem>& items);
+  // step_argmax without bringing the ids back: the host does not wait for the step, so steps
+  // queue on the backend back to back (kestrel bench --queue-steps: a step's device time with the
+  // host's turnaround off the chain). The caller picks the next tokens without this step's.
+  void queue_step_argmax(const std::vector<StepItem>& items);
   // The same step, each requested row reduced on the backend to the first m tokens of its
   // sampling order at temperatures[r] and the mass of its weights (Ops::sample_candidates), which
   // Sampler::sample_candidates draws from: m * 8 bytes a row come back instead of the vocabulary's
@@ -104,6 +108,8 @@ class Runner {
   StepPlan plan_;
   // Reserves the items' blocks, runs the forward pass, returns the logits rows on the backend.
   Tensor forward(const std::vector<StepItem>& items, HiddenCapture* capture);
+  // The forward pass and each requested row's argmax, the ids left on the backend.
+  Tensor argmax_ids(const std::vector<StepItem>& items);
   // Runs plan_ as a decode step from a graph (replayed or recorded now); false when it must run
   // eagerly (then counted as such).
   bool run_graph(const std::vector<StepItem>& items, const Tensor& out);

@@ -194,6 +194,43 @@ TEST_P(StepGraphsWideTest, ReplayedDeterministicDecodeIsBitIdenticalToEager) { c
 INSTANTIATE_TEST_SUITE_P(Wide, StepGraphsWideTest,
                          ::testing::Values("qwen3_5", "qwen3_5_moe", "gemma4_text_moe", "qwen4_exp"));
 
+// Replayed steps queued without reading back their ids (Runner::queue_step_argmax, kestrel bench
+// --queue-steps) run back to back on the device, each step's plan uploaded while the step before
+// may still run: the ids of the steps read back, and of the steps after the queued ones, must be
+// those of a run that reads every step (tokens fed whatever the steps pick).
+TEST_P(StepGraphsTest, QueuedStepsGiveTheIdsOfStepsReadEachTime) {
+  auto& cuda = dynamic_cast<CudaOps&>(gpu());
+  LoadedModel lm = load_model(data_path(std::string("fixtures/") + GetParam()), cuda);
+  cuda.set_step_graphs(true);
+  const int64_t V = lm.config().vocab_size;
+  Runner a(*lm.model, cpu_cache_sizing(lm.config(), 2, 200));
+  Runner b(*lm.model, cpu_cache_sizing(lm.config(), 2, 200));
+  SequenceState sa[2], sb[2];
+  for (int i = 0; i < 2; ++i) {
+    a.start(sa[i]);
+    b.start(sb[i]);
+  }
+  const std::vector<int32_t> p0 = tokens_for(37, V, 1), p1 = tokens_for(9, V, 2), fed = tokens_for(80, V, 3);
+  EXPECT_EQ(a.step_argmax({{.seq = &sa[0], .tokens = p0}, {.seq = &sa[1], .tokens = p1}}),
+            b.step_argmax({{.seq = &sb[0], .tokens = p0}, {.seq = &sb[1], .tokens = p1}}));
+  for (int step = 0; step < 40; ++step) {
+    const int32_t t[2] = {fed[size_t(step)], fed[size_t(step + 40)]};
+    const std::vector<int32_t> want =
+        a.step_argmax({{.seq = &sa[0], .tokens = {&t[0], 1}}, {.seq = &sa[1], .tokens = {&t[1], 1}}});
+    const std::vector<StepItem> items{{.seq = &sb[0], .tokens = {&t[0], 1}}, {.seq = &sb[1], .tokens = {&t[1], 1}}};
+    if (step % 8 != 7) {
+      b.queue_step_argmax(items);
+      continue;
+    }
+    ASSERT_EQ(b.step_argmax(items), want) << GetParam() << ", step " << step;
+  }
+  EXPECT_GE(b.graph_stats().replayed, 30);
+  for (int i = 0; i < 2; ++i) {
+    a.finish(sa[i]);
+    b.finish(sb[i]);
+  }
+}
+
 // A model whose forward pass is not checked under capture (Model::graph_blocker's default) runs
 // eagerly and says why.
 class Unchecked final : public Model {

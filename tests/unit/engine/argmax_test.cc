@@ -1,5 +1,6 @@
 // Argmax on the backend: the op agrees with the sampler's host argmax (first of ties, NaN never
-// chosen over a number), and Runner::step_argmax returns what greedy sampling of step() returns.
+// chosen over a number), Runner::step_argmax returns what greedy sampling of step() returns, and
+// steps queued without their ids (queue_step_argmax) leave the sequences where step_argmax does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +65,35 @@ TEST(Argmax, StepArgmaxIsGreedySamplingOfStep) {
     t[0] = h0;
     t[1] = h1;
   }
+}
+
+// Tokens fed whatever the steps pick, so that a run reading every step's ids and a run queuing
+// most of them must agree: the ids of each step read, and the caches (later steps' ids) after.
+TEST(Argmax, QueuedStepsLeaveTheSequencesWhereStepArgmaxDoes) {
+  test::FixtureModel fm("qwen3_5_moe");
+  const auto prompt = test::reference_prompt("qwen3_5_moe", 3);
+  Runner a(fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256));
+  Runner b(fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256));
+  SequenceState sa[2], sb[2];
+  for (int i = 0; i < 2; ++i) {
+    a.start(sa[i]);
+    b.start(sb[i]);
+  }
+  std::vector<int32_t> p0(prompt.begin(), prompt.begin() + 40), p1(prompt.begin() + 7, prompt.begin() + 30);
+  EXPECT_EQ(a.step_argmax({{.seq = &sa[0], .tokens = p0}, {.seq = &sa[1], .tokens = p1}}),
+            b.step_argmax({{.seq = &sb[0], .tokens = p0}, {.seq = &sb[1], .tokens = p1}}));
+  for (int step = 0; step < 12; ++step) {
+    const int32_t t[2] = {prompt[size_t(step)], prompt[size_t(step + 20)]};
+    const std::vector<int32_t> want =
+        a.step_argmax({{.seq = &sa[0], .tokens = {&t[0], 1}}, {.seq = &sa[1], .tokens = {&t[1], 1}}});
+    const std::vector<StepItem> items{{.seq = &sb[0], .tokens = {&t[0], 1}}, {.seq = &sb[1], .tokens = {&t[1], 1}}};
+    if (step % 4 != 3) {
+      b.queue_step_argmax(items);  // three of every four steps queued
+      continue;
+    }
+    ASSERT_EQ(b.step_argmax(items), want) << "step " << step;
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(sa[i].n_cached, sb[i].n_cached);
 }
 
 }  // namespace

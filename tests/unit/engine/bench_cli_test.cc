@@ -52,6 +52,23 @@ TEST(BenchCli, RecordsDeviceCommandDateAndEveryTest) {
   }
 }
 
+// --queue-steps: the run says so and records it; the tg results are there as usual.
+TEST(BenchCli, QueueStepsIsSaidAndRecorded) {
+  const std::string json = work_path("bench-cli-queue.json");
+  int status = 0;
+  const std::string out = run_cli("bench -m " + data_path("fixtures/qwen3_5") +
+                                      " --device cpu -p 0 -n 4 -b 1,2 -r 1 --queue-steps --json " + json,
+                                  &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("(--queue-steps)"), std::string::npos) << out;
+  std::ifstream in(json);
+  ASSERT_TRUE(in) << json;
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc.at("queue_steps"), true);
+  ASSERT_EQ(doc.at("results").size(), 2u) << doc.dump(1);
+  for (const auto& r : doc.at("results")) EXPECT_GT(r.at("tokens_per_s_median").get<double>(), 0.0) << r.dump();
+}
+
 // --profile: each profile carries the matrix products' FLOPs per step and rate, against the
 // matmul ceiling the bench measured through the backend (recorded with its shape).
 TEST(BenchCli, ProfileReportsMatrixProductRateAgainstTheMeasuredCeiling) {

@@ -39,16 +39,24 @@ TEST(Argmax, OpMatchesTheSamplersArgmaxOnTiesNanAndInfinities) {
   }
 }
 
-TEST(Argmax, StepArgmaxIsGreedySamplingOfStep) {
-  test::FixtureModel fm("qwen3_5_moe");
-  const auto prompt = test::reference_prompt("qwen3_5_moe", 3);
-  Runner a(fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256));
-  Runner b(fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256));
+// Two runners over the qwen3_5_moe fixture, each with two started sequences, and a prompt.
+struct TwoRunners {
+  test::FixtureModel fm{"qwen3_5_moe"};
+  std::vector<int32_t> prompt = test::reference_prompt("qwen3_5_moe", 3);
+  Runner a{fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256)};
+  Runner b{fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256)};
   SequenceState sa[2], sb[2];
-  for (int i = 0; i < 2; ++i) {
-    a.start(sa[i]);
-    b.start(sb[i]);
+  TwoRunners() {
+    for (int i = 0; i < 2; ++i) {
+      a.start(sa[i]);
+      b.start(sb[i]);
+    }
   }
+};
+
+TEST(Argmax, StepArgmaxIsGreedySamplingOfStep) {
+  TwoRunners r;
+  auto& [fm, prompt, a, b, sa, sb] = r;
   const int64_t V = fm.model().config().vocab_size;
   std::vector<int32_t> next[2] = {{}, {}};
   std::vector<int32_t> p0(prompt.begin(), prompt.begin() + 60), p1(prompt.begin() + 10, prompt.end());
@@ -70,15 +78,8 @@ TEST(Argmax, StepArgmaxIsGreedySamplingOfStep) {
 // Tokens fed whatever the steps pick, so that a run reading every step's ids and a run queuing
 // most of them must agree: the ids of each step read, and the caches (later steps' ids) after.
 TEST(Argmax, QueuedStepsLeaveTheSequencesWhereStepArgmaxDoes) {
-  test::FixtureModel fm("qwen3_5_moe");
-  const auto prompt = test::reference_prompt("qwen3_5_moe", 3);
-  Runner a(fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256));
-  Runner b(fm.model(), cpu_cache_sizing(fm.model().config(), 2, 256));
-  SequenceState sa[2], sb[2];
-  for (int i = 0; i < 2; ++i) {
-    a.start(sa[i]);
-    b.start(sb[i]);
-  }
+  TwoRunners r;
+  auto& [fm, prompt, a, b, sa, sb] = r;
   std::vector<int32_t> p0(prompt.begin(), prompt.begin() + 40), p1(prompt.begin() + 7, prompt.begin() + 30);
   EXPECT_EQ(a.step_argmax({{.seq = &sa[0], .tokens = p0}, {.seq = &sa[1], .tokens = p1}}),
             b.step_argmax({{.seq = &sb[0], .tokens = p0}, {.seq = &sb[1], .tokens = p1}}));

@@ -63,23 +63,27 @@ if len(steps) < 3:
 steps = steps[1:-1][-args.steps :]
 n = len(steps)
 
+
+
+def with_chain(step):
+    """Each kernel of a step with its chain time in us: how far it moved the latest end."""
+    latest = step[0][0]
+    for k in step:
+        yield k, max(0, k[1] - latest) / 1e3
+        latest = max(latest, k[1])
+
+
 run = collections.defaultdict(float)
 chain = collections.defaultdict(float)
 calls = collections.Counter()
-spans, periods, sums = [], [], []
+spans, periods = [], []
 for i, s in enumerate(steps):
-    latest = s[0][0]
-    total = 0.0
-    for start, end, name, blocks, threads in s:
+    for (start, end, name, blocks, threads), c in with_chain(s):
         key = (name, blocks, threads)
         run[key] += (end - start) / 1e3
-        c = max(0, end - latest) / 1e3
         chain[key] += c
-        total += c
-        latest = max(latest, end)
         calls[key] += 1
-    spans.append((latest - s[0][0]) / 1e3)
-    sums.append(total)
+    spans.append((max(k[1] for k in s) - s[0][0]) / 1e3)
     if i + 1 < n:
         periods.append((steps[i + 1][0][0] - s[0][0]) / 1e3)
 
@@ -117,9 +121,6 @@ for name, (c, r, ch) in sorted(by_name.items(), key=lambda kv: -kv[1][2]):
 if args.list:
     print()
     print("the last step, kernel by kernel (start relative to the step's first, in us):")
-    s = steps[-1]
-    t0, latest = s[0][0], s[0][0]
-    for start, end, name, blocks, threads in s:
-        c = max(0, end - latest) / 1e3
-        latest = max(latest, end)
+    t0 = steps[-1][0][0]
+    for (start, end, name, blocks, threads), c in with_chain(steps[-1]):
         print(f"{(start - t0) / 1e3:>9.2f} {(end - start) / 1e3:>8.2f} {c:>7.2f}  {blocks:>6} {threads:>4}  {name[:90]}")

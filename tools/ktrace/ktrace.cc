@@ -29,6 +29,7 @@ constexpr size_t kBufferBytes = size_t(8) << 20;
 std::mutex g_mutex;
 FILE* g_file = nullptr;
 char g_path[4096];
+char g_tmp[sizeof g_path + 8];  // g_path + ".tmp", where the file is written until it is complete
 size_t g_records = 0, g_dropped = 0;
 
 void fail(const char* what, CUptiResult r) {
@@ -92,11 +93,9 @@ void finish() {
   const bool ok = std::fflush(g_file) == 0;
   std::fclose(g_file);
   g_file = nullptr;
-  char tmp[sizeof g_path + 8];
-  std::snprintf(tmp, sizeof tmp, "%s.tmp", g_path);
-  if (!ok || std::rename(tmp, g_path) != 0) {
+  if (!ok || std::rename(g_tmp, g_path) != 0) {
     std::fprintf(stderr, "ktrace: could not write %s\n", g_path);
-    std::remove(tmp);
+    std::remove(g_tmp);
     return;
   }
   std::fprintf(stderr, "ktrace: %zu kernels written to %s%s\n", g_records, g_path,
@@ -114,11 +113,10 @@ __attribute__((constructor)) void start() {
     return;
   }
   std::snprintf(g_path, sizeof g_path, "%s", out);
-  char tmp[sizeof g_path + 8];
-  std::snprintf(tmp, sizeof tmp, "%s.tmp", g_path);
-  g_file = std::fopen(tmp, "w");
+  std::snprintf(g_tmp, sizeof g_tmp, "%s.tmp", g_path);
+  g_file = std::fopen(g_tmp, "w");
   if (!g_file) {
-    std::fprintf(stderr, "ktrace: cannot open %s: %s\n", tmp, std::strerror(errno));
+    std::fprintf(stderr, "ktrace: cannot open %s: %s\n", g_tmp, std::strerror(errno));
     return;
   }
   std::fprintf(g_file, "start_ns,end_ns,graph_id,graph_node_id,stream,blocks,threads,registers,dynamic_smem,name\n");
@@ -128,7 +126,7 @@ __attribute__((constructor)) void start() {
     fail("enabling kernel records", r);
     std::fclose(g_file);
     g_file = nullptr;
-    std::remove(tmp);
+    std::remove(g_tmp);
     return;
   }
   // Records reach the file every 200 ms and at exit. The CUDA runtime registers its teardown

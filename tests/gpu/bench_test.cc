@@ -14,7 +14,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/q4k_int_bench.h"
 #include "backend/cuda/stage_bench.h"
+#include "quant/quant.h"
 #endif
 
 namespace kestrel::test {
@@ -79,6 +81,102 @@ TEST_F(GpuBench, StageChain) {
     EXPECT_TRUE(t.same_result) << mb << " MB a stage";
     std::printf("BENCH stage_chain %zu MB a stage, %d blocks: a launch %.2f us, a grid barrier %.2f us a stage\n", mb,
                 t.blocks, t.launches_us, t.barrier_us);
+  }
+#endif
+}
+
+// The integer-dot Q4_K GEMV of q4k_int_bench.h against the shipped one-row kernel and a BF16
+// GEMV of the same shape (docs/cuda.md, "What remains for issue 7"). Random super-blocks (f16
+// exponents kept small); each variant's output checked against a double reference of the
+// dequantized weights: |err| <= 2^-16 (S' + sum_b max|x_b| sum_b |s q|), S' = sum |s q x| +
+// sum |m x|, the split's 2^-20 max|x_b| an element and the F32 epilogue well inside it.
+TEST_F(GpuBench, Q4kIntGemv) {
+#ifdef KESTREL_HAVE_CUDA
+  constexpr int kRows = 8;
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{12288, 4096}, {4096, 12288}, {4096, 4096}}) {
+    Buffer w = host_buffer(DType::kQ4_K, N, K);
+    auto* p = static_cast<uint8_t*>(w.view().data);
+    for (size_t i = 0; i < w.view().nbytes(); ++i) p[i] = uint8_t(rng_() & 0x3B);
+    Buffer x = random(kRows, K);
+    const float* xv = x.view().f32();
+    // per row of x and column of w: the reference and its scale (S' and the split's term)
+    std::vector<double> ref(static_cast<size_t>(kRows * N)), scale(static_cast<size_t>(kRows * N));
+    std::vector<float> wq(static_cast<size_t>(K)), mq(static_cast<size_t>(K));  // s q and -m of a column
+    const size_t row_bytes = size_t(K / 256) * 144;
+    std::vector<uint8_t> zeroed(row_bytes);
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* r = p + size_t(n) * row_bytes;
+      quant::dequantize_row_q4_k(r, K, wq.data());
+      std::copy(r, r + row_bytes, zeroed.begin());  // the quants zeroed: each element's -m
+      for (int64_t s = 0; s < K / 256; ++s) std::fill_n(zeroed.begin() + s * 144 + 16, 128, uint8_t(0));
+      quant::dequantize_row_q4_k(zeroed.data(), K, mq.data());
+      for (int64_t k = 0; k < K; ++k) wq[size_t(k)] -= mq[size_t(k)];
+      for (int row = 0; row < kRows; ++row) {
+        const float* xr = xv + int64_t(row) * K;
+        double y = 0, sp = 0;
+        for (int64_t b = 0; b < K / 32; ++b) {
+          double mx = 0, sq = 0;
+          for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
+            const double a = wq[size_t(k)], m = mq[size_t(k)];
+            y += (a + m) * xr[k];
+            sp += std::fabs(a * xr[k]) + std::fabs(m * xr[k]);
+            mx = std::max(mx, double(std::fabs(xr[k])));
+            sq += std::fabs(a);
+          }
+          sp += mx * sq;
+        }
+        ref[size_t(row * N + n)] = y;
+        scale[size_t(row * N + n)] = sp;
+      }
+    }
+    auto worst_of = [&](const std::vector<float>& out, int rows) {
+      double worst = 0;
+      for (int64_t i = 0; i < rows * N; ++i)
+        worst = std::max(worst, std::fabs(double(out[size_t(i)]) - ref[size_t(i)]) / scale[size_t(i)]);
+      return worst;
+    };
+    const double bytes = double(w.view().nbytes());
+    double split_us = 0;
+    for (const cuda::Q4kIntGemvRun& r : cuda::time_q4k_int_gemv(p, N, K, xv, 20, &split_us)) {
+      const double worst = worst_of(r.out, 1);
+      EXPECT_LE(worst, std::ldexp(1.0, -16)) << N << "x" << K << " slices " << r.slices;
+      std::printf("BENCH q4k_int_gemv_%ldx%ld slices %d x %s%s: %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us); "
+                  "worst |err|/scale %.2e\n",
+                  long(N), long(K), r.slices, r.converted ? "split before" : "split inside",
+                  r.row_major ? ", row-major weights" : "", bytes / r.hot_us / 1e3,
+                  r.hot_us, bytes / r.dram_us / 1e3, r.dram_us, worst);
+    }
+    std::printf("BENCH q4k_int_split_K%ld %.2f us a launch\n", long(K), split_us);
+    for (const cuda::Q4kIntRowsRun& r : cuda::time_q4k_int_rows(p, N, K, xv, 20)) {
+      const double worst = worst_of(r.out, r.rows);
+      EXPECT_LE(worst, std::ldexp(1.0, -16)) << N << "x" << K << " rows " << r.rows;
+      EXPECT_TRUE(r.same_bits) << N << "x" << K << " rows " << r.rows << " slices " << r.slices;
+      std::printf("BENCH q4k_int_rows_T%d_%ldx%ld slices %d: %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us); "
+                  "bits of each row alone: %s; worst |err|/scale %.2e\n",
+                  r.rows, long(N), long(K), r.slices, bytes / r.hot_us / 1e3, r.hot_us, bytes / r.dram_us / 1e3,
+                  r.dram_us, r.same_bits ? "same" : "DIFFERENT", worst);
+    }
+    // the shipped kernel (one row and eight) and a BF16 GEMV of the same shape, the same two ways
+    std::vector<Buffer> turns;
+    turns.push_back(up(w));
+    while (double(turns.size()) * bytes < 256e6) turns.push_back(up(w));
+    for (int T : {1, kRows}) {
+      Buffer dx = up(x.view().rows_slice(0, T)), out = gpu().alloc(DType::kF32, T, N);
+      const double hot = time([&] { gpu().matmul(out, dx, turns[0]); }, 50);
+      size_t next = 0;
+      const double dram = time([&] { gpu().matmul(out, dx, turns[next++ % turns.size()]); }, 10 * int(turns.size()));
+      std::printf("BENCH q4k_shipped_T%d_%ldx%ld %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us)\n", T, long(N),
+                  long(K), bytes / hot / 1e9, hot * 1e6, bytes / dram / 1e9, dram * 1e6);
+    }
+    turns.clear();
+    Buffer wb = random(DType::kBF16, N, K, 0.02f), dx = up(x.view().rows_slice(0, 1));
+    Buffer out = gpu().alloc(DType::kF32, 1, N);
+    const double bf_bytes = double(N) * K * 2;
+    turns.push_back(up(wb));
+    while (double(turns.size()) * bf_bytes < 256e6) turns.push_back(up(wb));
+    size_t next = 0;
+    const double bf = time([&] { gpu().matmul(out, dx, turns[next++ % turns.size()]); }, 10 * int(turns.size()));
+    std::printf("BENCH bf16_gemv_%ldx%ld %.0f GB/s DRAM (%.1f us)\n", long(N), long(K), bf_bytes / bf / 1e9, bf * 1e6);
   }
 #endif
 }

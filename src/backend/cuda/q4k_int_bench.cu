@@ -1,0 +1,506 @@
+// time_q4k_int_gemv / time_q4k_int_rows (q4k_int_bench.h): a Q4_K GEMV on integer dot products
+// over a chunk-major tile layout, one row on dp4a and 2..8 rows on s8 mmas with the same bits,
+// measured beside the shipped kernel.
+#include "backend/cuda/q4k_int_bench.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/context.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/quant_blocks.cuh"
+#include "core/error.h"
+
+namespace kestrel::cuda {
+namespace {
+
+constexpr int kSuperElems = 256, kSuperBytes = 144, kChunks = kSuperBytes / 16, kGroup = 32;
+
+// x's rows split into terms (x finite): term t of element k of the rows taken as one vector is
+// byte k of the words from terms + t tstride; per 32 elements, unit = s / 16384 and sum = sum(x^)
+// (both F32).
+struct XTerms {
+  uint32_t* terms;  // [3][rows K / 4] words of 4 int8
+  float* unit;      // [rows K / 32]
+  float* sum;       // [rows K / 32]
+};
+
+__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+  return (uint32_t(a) & 0xFFu) | (uint32_t(b) & 0xFFu) << 8 | (uint32_t(c) & 0xFFu) << 16 | uint32_t(d) << 24;
+}
+
+// Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
+// Writes the lane's three term words; lane 8j writes the sub-block's unit and sum.
+__device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t0, uint32_t* t1, uint32_t* t2,
+                                           float* unit, float* sum) {
+  float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 4));
+  int e = 0;
+  frexpf(m, &e);         // m = f 2^e, f in [0.5, 1) (m = 0: e = 0)
+  e = max(e, -100);      // below 2^-100 the terms are 0 (error < 2^-100)
+  const float inv = __int_as_float((127 + 6 - e) << 23);  // 1 / s, s = 2^(e - 6)
+  const float xs[4] = {v.x, v.y, v.z, v.w};
+  int a[4], b[4], c[4], q = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float u = __fmul_rn(xs[i], inv);  // |u| < 64, exact
+    const float fa = rintf(u);
+    const float r = __fmul_rn(__fsub_rn(u, fa), 128.0f);  // exact, |r| <= 64
+    const float fb = rintf(r);
+    const float fc = rintf(__fmul_rn(__fsub_rn(r, fb), 128.0f));
+    a[i] = int(fa);
+    b[i] = int(fb);
+    c[i] = int(fc);
+    q += a[i] * 16384 + b[i] * 128 + c[i];
+  }
+  q += __shfl_xor_sync(kFullMask, q, 1);
+  q += __shfl_xor_sync(kFullMask, q, 2);
+  q += __shfl_xor_sync(kFullMask, q, 4);
+  *t0 = pack4(a[0], a[1], a[2], a[3]);
+  *t1 = pack4(b[0], b[1], b[2], b[3]);
+  *t2 = pack4(c[0], c[1], c[2], c[3]);
+  if ((lane & 7) == 0) {
+    const float u = __int_as_float((127 + e - 20) << 23);  // s / 16384
+    *unit = u;
+    *sum = __fmul_rn(u, float(q));
+  }
+}
+
+// The split as a kernel of its own over `elems` values (a multiple of 128; the term stride
+// elems / 4 words): a warp per 128 values.
+__global__ void split_kernel(XTerms xt, const float* __restrict__ x, int64_t elems) {
+  pdl_begin();
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t base = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * 128;
+  if (base >= elems) return;
+  const int64_t k = base + 4 * lane, w = k / 4;
+  const float4 v = *reinterpret_cast<const float4*>(x + k);
+  split_quad(v, lane, xt.terms + w, xt.terms + elems / 4 + w, xt.terms + elems / 2 + w, xt.unit + k / 32,
+             xt.sum + k / 32);
+}
+
+// Sub-block b's scale d sc and min dmin m from a super-block's 16-byte header (scale_min_k4's
+// packing); b is a compile-time constant where it is called.
+__device__ __forceinline__ void scale_min(const uint4& h, int b, float& s, float& mn) {
+  const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
+  const int j = b & 3;
+  const uint32_t sy = (h.y >> (8 * j)) & 0xFF, sz = (h.z >> (8 * j)) & 0xFF;
+  uint32_t sc, mm;
+  if (b < 4) {
+    sc = sy & 63;
+    mm = sz & 63;
+  } else {
+    const uint32_t w = (h.w >> (8 * j)) & 0xFF;
+    sc = (w & 0xF) | (sy >> 6 << 4);
+    mm = (w >> 4) | (sz >> 6 << 4);
+  }
+  s = __fmul_rn(d, float(sc));
+  mn = __fmul_rn(dmin, float(mm));
+}
+
+// One super-block of the lane's column: c = its 9 chunks, terms at the super-block's first
+// element (words), unit / sum at its first sub-block.
+__device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const uint32_t* __restrict__ t0,
+                                             const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
+                                             const float* __restrict__ unit, const float* __restrict__ sum, float y) {
+  const uint4 h = c[0];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // Q4_K chunk q: sub-blocks 2q (low nibbles), 2q + 1 (high)
+    int lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint4 w4 = c[1 + 2 * q + half];
+      const int e = (64 * q + 16 * half) / 4;  // word of the low nibbles' first element
+      const uint4 xl[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
+                           *reinterpret_cast<const uint4*>(t2 + e)};
+      const uint4 xh[3] = {*reinterpret_cast<const uint4*>(t0 + e + 8), *reinterpret_cast<const uint4*>(t1 + e + 8),
+                           *reinterpret_cast<const uint4*>(t2 + e + 8)};
+      const uint32_t ws[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int l = int(ws[i] & 0x0F0F0F0Fu), u = int((ws[i] >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+        for (int t = 0; t < 3; ++t) {
+          const uint32_t* xw = reinterpret_cast<const uint32_t*>(&xl[t]);
+          const uint32_t* xv = reinterpret_cast<const uint32_t*>(&xh[t]);
+          lo[t] = __dp4a(l, int(xw[i]), lo[t]);
+          hi[t] = __dp4a(u, int(xv[i]), hi[t]);
+        }
+      }
+    }
+    const int ql = lo[0] * 16384 + lo[1] * 128 + lo[2], qh = hi[0] * 16384 + hi[1] * 128 + hi[2];
+    float s[2], mn[2];
+    scale_min(h, 2 * q, s[0], mn[0]);
+    scale_min(h, 2 * q + 1, s[1], mn[1]);
+    y = __fmaf_rn(__fmul_rn(s[0], unit[2 * q]), float(ql), y);
+    y = __fmaf_rn(-mn[0], sum[2 * q], y);
+    y = __fmaf_rn(__fmul_rn(s[1], unit[2 * q + 1]), float(qh), y);
+    y = __fmaf_rn(-mn[1], sum[2 * q + 1], y);
+  }
+  return y;
+}
+
+// A lane's super-block: its chunks kGroup apart in the tile layout (streamed past L1), or
+// consecutive in the row-major one (through L1: a warp's load takes 16 of each 32-byte sector it
+// touches, the next load the other 16).
+template <bool kRowMajor>
+__device__ __forceinline__ void load_tile(uint4 (&c)[kChunks], const uint4* __restrict__ p) {
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) c[j] = kRowMajor ? __ldg(p + j) : __ldcs(p + j * kGroup);
+}
+
+// out [N] = w . x, a block per group of 32 columns, P warps each a contiguous 1/P of the
+// group's super-blocks (their sums meet in shared memory, in warp order). kSplit: the warps split
+// their slices of x into shared memory first; else xt holds the split.
+template <int P, bool kSplit, bool kRowMajor = false>
+__global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
+    q4k_int_gemv_kernel(float* __restrict__ out, const float* __restrict__ x, XTerms xt, int64_t tstride,
+                        const uint4* __restrict__ w, int64_t K) {
+  extern __shared__ uint4 smem_raw[];
+  __shared__ float partial[P][kGroup];
+  const int S = int(K / kSuperElems), n = S / P;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  // w: the tile layout, or (kRowMajor) the row-major one; `step` apart are the super-blocks of a lane
+  const uint4* tile = kRowMajor ? w + ((int64_t(blockIdx.x) * kGroup + lane) * S + int64_t(warp) * n) * kChunks
+                                : w + (int64_t(blockIdx.x) * S + int64_t(warp) * n) * kChunks * kGroup + lane;
+  constexpr int64_t step = kRowMajor ? kChunks : kChunks * kGroup;
+  uint4 a[kChunks], b[kChunks];
+  load_tile<kRowMajor>(a, tile);  // the weights do not depend on the kernel before
+  pdl_begin();
+  const int64_t k0 = int64_t(warp) * n * kSuperElems;  // the slice's first element
+  const uint32_t *t0, *t1, *t2;
+  const float *unit, *sum;
+  if constexpr (kSplit) {
+    // per warp: 3 n 64 words of terms, then n 8 units and n 8 sums
+    uint32_t* my = reinterpret_cast<uint32_t*>(smem_raw) + warp * n * (3 * 64 + 16);
+    uint32_t* m0 = my;
+    uint32_t* m1 = my + n * 64;
+    uint32_t* m2 = my + 2 * n * 64;
+    float* mu = reinterpret_cast<float*>(my + 3 * n * 64);
+    float* ms = mu + n * 8;
+    for (int it = 0; it < 2 * n; ++it) {  // 128 elements an iteration
+      const float4 v = *reinterpret_cast<const float4*>(x + k0 + 128 * it + 4 * lane);
+      const int wi = 32 * it + lane;
+      split_quad(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
+    }
+    __syncwarp();
+    t0 = m0;
+    t1 = m1;
+    t2 = m2;
+    unit = mu;
+    sum = ms;
+  } else {
+    t0 = xt.terms + k0 / 4;
+    t1 = xt.terms + tstride + k0 / 4;
+    t2 = xt.terms + 2 * tstride + k0 / 4;
+    unit = xt.unit + k0 / 32;
+    sum = xt.sum + k0 / 32;
+  }
+  float y = 0.0f;
+  for (int t = 0; t < n; t += 2) {
+    if (t + 1 < n) load_tile<kRowMajor>(b, tile + int64_t(t + 1) * step);
+    y = super_block(a, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, y);
+    if (t + 1 >= n) break;
+    if (t + 2 < n) load_tile<kRowMajor>(a, tile + int64_t(t + 2) * step);
+    y = super_block(b, t0 + 64 * (t + 1), t1 + 64 * (t + 1), t2 + 64 * (t + 1), unit + 8 * (t + 1),
+                    sum + 8 * (t + 1), y);
+  }
+  partial[warp][lane] = y;
+  __syncthreads();
+  if (warp == 0) {
+    float s = partial[0][lane];
+#pragma unroll
+    for (int p = 1; p < P; ++p) s = __fadd_rn(s, partial[p][lane]);
+    out[int64_t(blockIdx.x) * kGroup + lane] = s;
+  }
+}
+
+// d += a b, a 16x32 (row-major) and b 32x8 (column-major) s8 fragment, exact s32 sums. Lane l, g =
+// l / 4, c = l % 4: a0 = A[g][4c .. 4c+3], a1 = A[g+8][4c ..], a2 = A[g][16+4c ..], a3 = A[g+8][16+4c
+// ..]; b0 = B[4c .. 4c+3][g], b1 = B[16+4c ..][g]; d0, d1 = D[g][2c, 2c+1], d2, d3 = D[g+8][..].
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// out [R, N] = x . w^T for R of 2..8 rows on the tensor cores, every row's bits those of
+// q4k_int_gemv_kernel<P> on that row alone: a sub-block's Q per (column, row) is the same exact
+// integer (three s8 mmas, one a term, k in any order as long as A and B agree: lane c takes word c
+// of the sub-block's two 16-byte chunks), and the F32 steps after it are the same, in the same
+// order. A warp's 32 columns are two m-tiles of 16; B's column n is x row n (rows past R repeat
+// the last, their outputs dropped). xt: the rows' split (term stride tstride words).
+template <int P, int R>
+__global__ void __launch_bounds__(32 * P) q4k_int_rows_kernel(float* __restrict__ out, XTerms xt, int64_t tstride,
+                                                             const uint8_t* __restrict__ w, int64_t K, int64_t N) {
+  __shared__ float partial[P][kGroup][R];
+  const int S = int(K / kSuperElems), n = S / P;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
+  const uint8_t* tile = w + (int64_t(blockIdx.x) * S + int64_t(warp) * n) * kChunks * kGroup * 16;
+  pdl_begin();
+  const int64_t k0 = int64_t(warp) * n * kSuperElems;
+  const uint32_t* xb = xt.terms + (int64_t(min(g, R - 1)) * K + k0) / 4 + c;
+  const int ra = min(2 * c, R - 1), rb = min(2 * c + 1, R - 1);
+  const float *ua = xt.unit + (ra * K + k0) / 32, *ub = xt.unit + (rb * K + k0) / 32;
+  const float *sa = xt.sum + (ra * K + k0) / 32, *sb = xt.sum + (rb * K + k0) / 32;
+  float y[2][4] = {};
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* tp = tile + int64_t(t) * kChunks * kGroup * 16;
+    uint4 hdr[2][2];  // [m-tile][column g, g + 8]
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) hdr[mt][hh] = __ldcs(reinterpret_cast<const uint4*>(tp) + 16 * mt + g + 8 * hh);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            wd[mt][hh][h] = __ldcs(reinterpret_cast<const unsigned int*>(tp + (1 + 2 * q + h) * kGroup * 16 +
+                                                                         (16 * mt + g + 8 * hh) * 16) + c);
+      uint32_t xw[3][2][2];  // [term][low, high sub-block][chunk]
+#pragma unroll
+      for (int tm = 0; tm < 3; ++tm)
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) xw[tm][hi][h] = xb[tm * tstride + t * 64 + (64 * q + 32 * hi + 16 * h) / 4];
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int b = 2 * q + hi, sg = 8 * t + b;
+        const float u[2] = {ua[sg], ub[sg]}, sm[2] = {sa[sg], sb[sg]};
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          uint32_t a[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t v = wd[mt][i & 1][i >> 1];
+            a[i] = hi ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu;
+          }
+          int d[3][4] = {};
+#pragma unroll
+          for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][hi][0], xw[tm][hi][1]);
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            float sc, mn;
+            scale_min(hdr[mt][hh], b, sc, mn);
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int j = 2 * hh + i;
+              const int Q = d[0][j] * 16384 + d[1][j] * 128 + d[2][j];
+              y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), float(Q), y[mt][j]);
+              y[mt][j] = __fmaf_rn(-mn, sm[i], y[mt][j]);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = 16 * mt + g + 8 * (j >> 1), row = 2 * c + (j & 1);
+      if (row < R) partial[warp][col][row] = y[mt][j];
+    }
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < kGroup * R; i += 32 * P) {
+    const int col = i / R, row = i % R;
+    float s = partial[0][col][row];
+#pragma unroll
+    for (int p = 1; p < P; ++p) s = __fadd_rn(s, partial[p][col][row]);
+    out[int64_t(row) * N + int64_t(blockIdx.x) * kGroup + col] = s;
+  }
+}
+
+// Row-major Q4_K [N][S][144] -> tiles [N / 32][S][9 chunks][32 lanes][16 bytes].
+std::vector<uint8_t> tile_layout(const uint8_t* w, int64_t N, int64_t S) {
+  std::vector<uint8_t> t(size_t(N) * size_t(S) * kSuperBytes);
+  for (int64_t col = 0; col < N; ++col)
+    for (int64_t s = 0; s < S; ++s)
+      for (int j = 0; j < kChunks; ++j) {
+        const size_t dst = ((size_t(col / kGroup) * S + s) * kChunks + j) * kGroup * 16 + size_t(col % kGroup) * 16;
+        std::memcpy(t.data() + dst, w + (size_t(col) * S + s) * kSuperBytes + 16 * j, 16);
+      }
+  return t;
+}
+
+// The weights in the tile layout (and copies of them, >= 256 MB in all), x's rows, their split,
+// a stream and a timer.
+class Bench {
+ public:
+  Bench(const void* w, int64_t N, int64_t K, const float* x, int rows) : N_(N), K_(K), rows_(rows) {
+    KCHECK_MSG(N > 0 && N % kGroup == 0 && K > 0 && K % kSuperElems == 0 && rows >= 1 && rows <= 8,
+               "q4k_int_bench: N ", N, ", K ", K, ", rows ", rows);
+    const std::vector<uint8_t> tiled = tile_layout(static_cast<const uint8_t*>(w), N, K / kSuperElems);
+    bytes_ = tiled.size();
+    do {
+      uint4* d = nullptr;
+      CUDA_CHECK(cudaMalloc(&d, bytes_));
+      CUDA_CHECK(cudaMemcpy(d, tiled.data(), bytes_, cudaMemcpyHostToDevice));
+      copies_.push_back(d);
+    } while (double(copies_.size()) * double(bytes_) < 256e6);
+    for (size_t i = 0; i < copies_.size(); ++i) {
+      uint4* d = nullptr;
+      CUDA_CHECK(cudaMalloc(&d, bytes_));
+      CUDA_CHECK(cudaMemcpy(d, w, bytes_, cudaMemcpyHostToDevice));
+      row_major_.push_back(d);
+    }
+    const size_t elems = size_t(rows) * size_t(K);
+    CUDA_CHECK(cudaMalloc(&x_, elems * 4));
+    CUDA_CHECK(cudaMalloc(&out_, size_t(rows) * size_t(N) * 4));
+    CUDA_CHECK(cudaMalloc(&xt_.terms, elems * 3));
+    CUDA_CHECK(cudaMalloc(&xt_.unit, elems / 32 * 4));
+    CUDA_CHECK(cudaMalloc(&xt_.sum, elems / 32 * 4));
+    CUDA_CHECK(cudaMemcpy(x_, x, elems * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreate(&e0_));
+    CUDA_CHECK(cudaEventCreate(&e1_));
+  }
+  ~Bench() {
+    for (uint4* d : copies_) cudaFree(d);
+    for (uint4* d : row_major_) cudaFree(d);
+    cudaFree(x_);
+    cudaFree(out_);
+    cudaFree(xt_.terms);
+    cudaFree(xt_.unit);
+    cudaFree(xt_.sum);
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+    cudaStreamDestroy(stream_);
+  }
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
+
+  // Device time a call of fn(i) (i counts the calls), over n calls after 3.
+  template <typename Fn>
+  double time_us(Fn&& fn, int n) {
+    for (int i = 0; i < 3; ++i) fn(i);
+    CUDA_CHECK(cudaEventRecord(e0_, stream_));
+    for (int i = 0; i < n; ++i) fn(i);
+    CUDA_CHECK(cudaEventRecord(e1_, stream_));
+    CUDA_CHECK(cudaEventSynchronize(e1_));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
+    return double(ms) * 1000.0 / n;
+  }
+  // Every row of x split (one launch over rows x K elements: sub-blocks never cross rows).
+  void split() {
+    const int64_t elems = int64_t(rows_) * K_;
+    launch(split_kernel, unsigned((elems / 128 + 7) / 8), 256, 0, stream_, xt_, static_cast<const float*>(x_), elems);
+  }
+  int64_t tstride() const { return int64_t(rows_) * K_ / 4; }  // words between the terms
+  // Row r's split, for the one-row kernel.
+  XTerms row_terms(int r) const {
+    return {xt_.terms + int64_t(r) * K_ / 4, xt_.unit + int64_t(r) * K_ / 32, xt_.sum + int64_t(r) * K_ / 32};
+  }
+  std::vector<float> read_out(int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpyAsync(v.data(), out_, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return v;
+  }
+  void poison_out() { CUDA_CHECK(cudaMemsetAsync(out_, 0xFF, size_t(rows_) * size_t(N_) * 4, stream_)); }
+
+  int64_t N_, K_;
+  int rows_;
+  size_t bytes_ = 0;
+  std::vector<uint4*> copies_, row_major_;  // the tile layout's copies, the row-major ones
+  float *x_ = nullptr, *out_ = nullptr;
+  XTerms xt_{};
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+// The one-row kernel with P slices on row r of the bench's x (split inside the kernel or before).
+template <int P, bool kSplit, bool kRowMajor = false>
+void one_row(Bench& b, const uint4* w, int r) {
+  const int n = int(b.K_ / kSuperElems / P);
+  const size_t smem = kSplit ? size_t(P) * n * (3 * 64 + 16) * 4 : 0;
+  auto kernel = q4k_int_gemv_kernel<P, kSplit, kRowMajor>;
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch(kernel, unsigned(b.N_ / kGroup), unsigned(32 * P), smem, b.stream_, b.out_,
+         static_cast<const float*>(b.x_ + int64_t(r) * b.K_), b.row_terms(r), b.tstride(), w, b.K_);
+}
+
+}  // namespace
+
+std::vector<Q4kIntGemvRun> time_q4k_int_gemv(const void* w, int64_t N, int64_t K, const float* x, int reps,
+                                            double* split_us) {
+  Bench b(w, N, K, x, 1);
+  if (split_us) *split_us = b.time_us([&](int) { b.split(); }, reps);
+  b.split();
+  const int64_t S = K / kSuperElems;
+  std::vector<Q4kIntGemvRun> runs;
+  auto variant = [&]<int P, bool kSplit, bool kRowMajor = false>() {
+    if (S % P) return;
+    Q4kIntGemvRun r;
+    r.slices = P;
+    r.converted = !kSplit;
+    r.row_major = kRowMajor;
+    const std::vector<uint4*>& ws = kRowMajor ? b.row_major_ : b.copies_;
+    r.hot_us = b.time_us([&](int) { one_row<P, kSplit, kRowMajor>(b, ws[0], 0); }, reps);
+    r.dram_us = b.time_us([&](int i) { one_row<P, kSplit, kRowMajor>(b, ws[size_t(i) % ws.size()], 0); },
+                          reps * int(ws.size()));
+    b.poison_out();
+    one_row<P, kSplit, kRowMajor>(b, ws[0], 0);
+    r.out = b.read_out(N);
+    runs.push_back(std::move(r));
+  };
+  variant.operator()<4, true>();
+  variant.operator()<8, true>();
+  variant.operator()<16, true>();
+  variant.operator()<4, false>();
+  variant.operator()<8, false>();
+  variant.operator()<16, false>();
+  variant.operator()<8, true, true>();
+  variant.operator()<16, true, true>();
+  return runs;
+}
+
+std::vector<Q4kIntRowsRun> time_q4k_int_rows(const void* w, int64_t N, int64_t K, const float* x, int reps) {
+  const int64_t S = K / kSuperElems;
+  std::vector<Q4kIntRowsRun> runs;
+  auto rows = [&]<int P, int R>() {
+    if (S % P) return;
+    Bench b(w, N, K, x, R);
+    b.split();
+    // each row alone, through the one-row kernel (split before)
+    std::vector<float> alone;
+    for (int r = 0; r < R; ++r) {
+      b.poison_out();
+      one_row<P, false>(b, b.copies_[0], r);
+      const std::vector<float> v = b.read_out(N);
+      alone.insert(alone.end(), v.begin(), v.end());
+    }
+    auto go = [&](const uint4* wt) {
+      launch(q4k_int_rows_kernel<P, R>, unsigned(N / kGroup), unsigned(32 * P), 0, b.stream_, b.out_,
+             b.xt_, b.tstride(), reinterpret_cast<const uint8_t*>(wt), K, N);
+    };
+    Q4kIntRowsRun r;
+    r.rows = R;
+    r.slices = P;
+    r.hot_us = b.time_us([&](int) { go(b.copies_[0]); }, reps);
+    r.dram_us = b.time_us([&](int i) { go(b.copies_[size_t(i) % b.copies_.size()]); }, reps * int(b.copies_.size()));
+    b.poison_out();
+    go(b.copies_[0]);
+    r.out = b.read_out(int64_t(R) * N);
+    r.same_bits = std::memcmp(r.out.data(), alone.data(), alone.size() * 4) == 0;
+    runs.push_back(std::move(r));
+  };
+  rows.operator()<8, 2>();
+  rows.operator()<8, 4>();
+  rows.operator()<8, 8>();
+  rows.operator()<16, 8>();
+  return runs;
+}
+
+}  // namespace kestrel::cuda

@@ -3,10 +3,8 @@
 // measured beside the shipped kernel.
 #include "backend/cuda/q4k_int_bench.h"
 
-#include <algorithm>
 #include <cstring>
 
-#include "backend/cuda/context.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/quant_blocks.cuh"

@@ -9,9 +9,13 @@
 set -uo pipefail
 out=${1:?OUT}
 export MODELS=/dev/shm
-for p in norm-in-gemv-2026-12-06 q4k-int-gemv-engine-2026-12-06; do
-  git apply "docs/experiments/$p.patch" || { echo "$p.patch does not apply"; exit 1; }
+patches="docs/experiments/norm-in-gemv-2026-12-06.patch docs/experiments/q4k-int-gemv-engine-2026-12-06.patch"
+for p in $patches; do
+  git apply "$p" || { echo "$p does not apply"; exit 1; }
 done
+# As scripts/device-ab-patch.sh does: the patched files are noted in build/, so that a later call
+# on this machine (a fresh copy of the tree, older file times) rebuilds them (touch_reverted_sources).
+trap 'mkdir -p build; for p in $patches; do git apply --numstat "$p" | cut -f3; done >>build/.kestrel-reverted' EXIT
 bash scripts/device-cuda-test.sh .device/debs "$out/build" none || exit 1
 source scripts/lib/random-model.sh
 t() {

@@ -85,17 +85,26 @@ WeightLoader::HostTensor WeightLoader::host_view(const TensorInfo& info, int64_t
   return {copy.view(), std::move(copy)};
 }
 
-Tensor WeightLoader::on_backend(HostTensor host) {
+Tensor WeightLoader::on_backend(HostTensor host, bool matmul_only) {
   KCHECK_MSG(!dtype_is_quantized(host.view.dtype) || ops_.supports_weight_dtype(host.view.dtype), "a ",
              dtype_name(host.view.dtype), " weight for the ", ops_.name(), " backend, which cannot take it");
-  if (ops_.device() != Device::kCpu) return keep(ops_.upload(host.view));  // the host copy is freed
+  if (ops_.device() != Device::kCpu)  // the host copy is freed
+    return keep(matmul_only ? ops_.upload_matrix(host.view) : ops_.upload(host.view));
   if (!host.owned.empty()) keep(std::move(host.owned));
   return host.view;
 }
 
 Tensor WeightLoader::op_weight(const std::string& name, int64_t rows, int64_t cols, bool raw) {
+  return weight(name, rows, cols, raw, /*matmul_only=*/false);
+}
+
+Tensor WeightLoader::matmul_weight(const std::string& name, int64_t rows, int64_t cols, bool raw) {
+  return weight(name, rows, cols, raw, /*matmul_only=*/true);
+}
+
+Tensor WeightLoader::weight(const std::string& name, int64_t rows, int64_t cols, bool raw, bool matmul_only) {
   const TensorInfo& info = lookup(raw ? name : prefix_ + name, {rows, cols}, /*op_weight=*/true);
-  return on_backend(host_view(info, rows, cols, /*widen=*/op_weight_dtype(info.dtype) != info.dtype));
+  return on_backend(host_view(info, rows, cols, /*widen=*/op_weight_dtype(info.dtype) != info.dtype), matmul_only);
 }
 
 std::vector<int64_t> WeightLoader::i64(const std::string& name, int64_t n) {
@@ -149,6 +158,16 @@ Tensor WeightLoader::f32(const std::string& name, const std::vector<int64_t>& sh
 
 Tensor WeightLoader::op_weight_rows(const std::string& name, int64_t src_rows, int64_t cols,
                                     const std::vector<int64_t>& rows) {
+  return gathered_rows(name, src_rows, cols, rows, /*matmul_only=*/false);
+}
+
+Tensor WeightLoader::matmul_weight_rows(const std::string& name, int64_t src_rows, int64_t cols,
+                                        const std::vector<int64_t>& rows) {
+  return gathered_rows(name, src_rows, cols, rows, /*matmul_only=*/true);
+}
+
+Tensor WeightLoader::gathered_rows(const std::string& name, int64_t src_rows, int64_t cols,
+                                   const std::vector<int64_t>& rows, bool matmul_only) {
   const TensorInfo& info = lookup(prefix_ + name, {src_rows, cols}, /*op_weight=*/true);
   const DType dtype = op_weight_dtype(info.dtype);
   const size_t src_row_bytes = dtype_row_bytes(info.dtype, cols);
@@ -164,7 +183,7 @@ Tensor WeightLoader::op_weight_rows(const std::string& name, int64_t src_rows, i
       quant::dequantize_row(*dtype_to_ggml(info.dtype), src, cols, reinterpret_cast<float*>(dst));
     }
   }
-  return on_backend({out, std::move(host)});
+  return on_backend({out, std::move(host)}, matmul_only);
 }
 
 Tensor WeightLoader::keep(Buffer buffer) {

@@ -9,6 +9,9 @@
 //     dtype — a block format (GGUF Q8_0, Q4_K, ...) stays quantized — where the backend's
 //     Ops::supports_weight_dtype() admits it; otherwise a block format is widened to F32 at load
 //     (ggml's dequantize_row, so the values are the same either way).
+//   matmul_weight / matmul_weight_rows: the same, for matrices only matmul and matmul_multi read
+//     (projections, never embeddings or experts): handed to Ops::upload_matrix, which may keep
+//     them in a layout of the backend's own.
 //   f32 / scalar: tensors read element by element (norms, conv kernels, scales): always F32 (or
 //     a float) whatever they are stored as.
 #pragma once
@@ -51,6 +54,9 @@ class WeightLoader {
   // Rows of a stored weight matrix gathered into a new one (split fused projections): out row
   // i = src row rows[i]. Dtype as op_weight (whole rows of blocks are copied as they are).
   Tensor op_weight_rows(const std::string& name, int64_t src_rows, int64_t cols, const std::vector<int64_t>& rows);
+  // op_weight and op_weight_rows for a matrix only matmul and matmul_multi will read.
+  Tensor matmul_weight(const std::string& name, int64_t rows, int64_t cols, bool raw = false);
+  Tensor matmul_weight_rows(const std::string& name, int64_t src_rows, int64_t cols, const std::vector<int64_t>& rows);
 
   // Keeps a buffer alive for the model's lifetime and returns its view.
   Tensor keep(Buffer buffer);
@@ -75,8 +81,11 @@ class WeightLoader {
   // misaligned), or widened to F32 when `widen`.
   HostTensor host_view(const TensorInfo& info, int64_t rows, int64_t cols, bool widen);
   // A host matrix on the model's backend: the view itself on the CPU (its buffer kept), else an
-  // uploaded copy. Never a block format the backend cannot take.
-  Tensor on_backend(HostTensor host);
+  // uploaded copy (matmul_only: Ops::upload_matrix's). Never a block format the backend cannot take.
+  Tensor on_backend(HostTensor host, bool matmul_only = false);
+  Tensor weight(const std::string& name, int64_t rows, int64_t cols, bool raw, bool matmul_only);
+  Tensor gathered_rows(const std::string& name, int64_t src_rows, int64_t cols, const std::vector<int64_t>& rows,
+                       bool matmul_only);
 
   const Checkpoint& ckpt_;
   Ops& ops_;

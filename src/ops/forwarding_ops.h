@@ -33,6 +33,7 @@ class ForwardingOps : public Ops {
 
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override { return inner_.alloc(dtype, rows, cols); }
   Buffer upload(const Tensor& host) override { return inner_.upload(host); }
+  Buffer upload_matrix(const Tensor& host) override { return inner_.upload_matrix(host); }
   void to_host(const Tensor& src, void* dst) override {
     run("to_host", [&] { inner_.to_host(src, dst); });
   }

@@ -93,7 +93,9 @@ TEST_F(GpuBench, StageChain) {
 TEST_F(GpuBench, Q4kIntGemv) {
 #ifdef KESTREL_HAVE_CUDA
   constexpr int kRows = 8;
-  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{12288, 4096}, {4096, 12288}, {4096, 4096}}) {
+  // the 9B's gate/up, down and a 4096-column projection; K = 2560 (10 super-blocks: uneven slices)
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {9728, 2560}};
+  for (auto [N, K] : shapes) {
     Buffer w = host_buffer(DType::kQ4_K, N, K);
     auto* p = static_cast<uint8_t*>(w.view().data);
     for (size_t i = 0; i < w.view().nbytes(); ++i) p[i] = uint8_t(rng_() & 0x3B);
@@ -151,9 +153,10 @@ TEST_F(GpuBench, Q4kIntGemv) {
       const double worst = worst_of(r.out, r.rows);
       EXPECT_LE(worst, std::ldexp(1.0, -16)) << N << "x" << K << " rows " << r.rows;
       EXPECT_TRUE(r.same_bits) << N << "x" << K << " rows " << r.rows << " slices " << r.slices;
-      std::printf("BENCH q4k_int_rows_T%d_%ldx%ld slices %d: %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us); "
+      std::printf("BENCH q4k_int_rows_T%d_%ldx%ld slices %d x %s: %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us); "
                   "bits of each row alone: %s; worst |err|/scale %.2e\n",
-                  r.rows, long(N), long(K), r.slices, bytes / r.hot_us / 1e3, r.hot_us, bytes / r.dram_us / 1e3,
+                  r.rows, long(N), long(K), r.slices, r.split_inside ? "split inside" : "split before",
+                  bytes / r.hot_us / 1e3, r.hot_us, bytes / r.dram_us / 1e3,
                   r.dram_us, r.same_bits ? "same" : "DIFFERENT", worst);
     }
     // the shipped kernel (one row and eight) and a BF16 GEMV of the same shape, the same two ways

@@ -337,6 +337,87 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
   }
 }
 
+// kQ4_K_T32, Ops::upload_matrix's layout of a Q4_K matrix (the integer-dot GEMV,
+// q4k_int_gemv.cuh), against the double reference of the row-major matrix. Each 32 values of x
+// become x^ with |x - x^| <= 2^-20 max|x| of the 32, the sub-block dots are exact integers, and
+// the F32 epilogue (scale, min, the slices' sums) adds a few roundings of S', so per element
+// |err| <= 2^-20 sum_b max|x_b| sum_b |s q| + 2^-18 S' (the test: 2^-16 of their sum, the
+// measured worst ~2e-7). Up to 64 rows take the GEMV (8-row passes on s8 mmas): every row has
+// the bits it has alone. Past 64 the prefill path dequantizes the same values as the row-major
+// matrix's, so its bits are the row-major matrix's. Shapes: whole groups and a partial one (100,
+// 33 rows), slices of uneven length (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256:
+// warps with none).
+TEST_F(QuantGpuTest, MatmulQ4KT32) {
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}}) {
+    Buffer w = quantized(DType::kQ4_K, N, K);
+    Buffer dw = gpu().upload_matrix(w), rm = up(w);
+    ASSERT_EQ(dw.view().dtype, DType::kQ4_K_T32);
+    Buffer wf = dequantized(w), mq = mins(w);  // w and -m of each element
+    for (int T : {1, 3, 8, 20, 70}) {
+      Buffer x = random(T, K), dx = up(x), out = gpu().alloc(DType::kF32, T, N);
+      gpu().matmul(out, dx, dw);
+      const std::vector<float> o = down(out);
+      const std::string what = std::to_string(N) + "x" + std::to_string(K) + " T=" + std::to_string(T);
+      if (T > 64) {
+        Buffer ref = gpu().alloc(DType::kF32, T, N);
+        gpu().matmul(ref, dx, rm);
+        EXPECT_EQ(o, down(ref)) << what << ": the prefill path";
+        continue;
+      }
+      double worst = 0;
+      for (int t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          const float* xr = x.view().f32() + t * K;
+          const float* wr = wf.view().f32() + n * K;
+          const float* mr = mq.view().f32() + n * K;
+          double y = 0, sp = 0, split = 0;
+          for (int64_t b = 0; b < K / 32; ++b) {
+            double mx = 0, sq = 0;
+            for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
+              const double sqk = double(wr[k]) - mr[k];  // s q
+              y += double(wr[k]) * xr[k];
+              sp += std::fabs(sqk * xr[k]) + std::fabs(double(mr[k]) * xr[k]);
+              mx = std::max(mx, double(std::fabs(xr[k])));
+              sq += std::fabs(sqk);
+            }
+            split += mx * sq;
+          }
+          worst = std::max(worst, std::fabs(double(o[size_t(t * N + n)]) - y) / (sp + split));
+        }
+      EXPECT_LE(worst, std::ldexp(1.0, -16)) << what;
+      if (T > 1) expect_rows_as_alone(dx, dw, o, {0, T / 2, T - 1}, what);
+    }
+    if (N >= 64) {  // a slice of whole groups reads its rows
+      Buffer x = random(2, K), dx = up(x), all = gpu().alloc(DType::kF32, 2, N), part = gpu().alloc(DType::kF32, 2, 32);
+      gpu().matmul(all, dx, dw);
+      gpu().matmul(part, dx, dw.view().rows_slice(32, 32));
+      const std::vector<float> a = down(all), b = down(part);
+      for (int t = 0; t < 2; ++t)
+        EXPECT_EQ(0, std::memcmp(b.data() + t * 32, a.data() + t * N + 32, 32 * 4)) << N << "x" << K << " slice";
+    }
+  }
+  // matmul_multi: a kQ4_K_T32 matrix beside Q6_K and row-major Q4_K in one launch, each as alone
+  const int64_t K = 1024;
+  Buffer a = quantized(DType::kQ4_K, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(DType::kQ4_K, 40, K);
+  Buffer da = gpu().upload_matrix(a), db = up(b), dc = up(c);
+  for (int T : {1, 5}) {
+    Buffer dx = up(random(T, K));
+    std::vector<Buffer> outs;
+    std::vector<MatmulTarget> targets;
+    for (const Buffer* m : {&da, &db, &dc}) {
+      outs.push_back(gpu().alloc(DType::kF32, T, m->view().rows));
+      targets.push_back({.out = outs.back(), .w = *m});
+    }
+    gpu().matmul_multi(dx, targets);
+    int i = 0;
+    for (const Buffer* m : {&da, &db, &dc}) {
+      Buffer sep = gpu().alloc(DType::kF32, T, m->view().rows);
+      gpu().matmul(sep, dx, *m);
+      EXPECT_EQ(down(outs[size_t(i++)]), down(sep)) << dtype_name(m->view().dtype) << " T=" << T;
+    }
+  }
+}
+
 // Block-format experts against the CPU experts over the same (dequantized) F32 weights: the
 // grouped kernels sum in the same F32 order as for float weights (existing bound 1e-5). The last
 // pair is a q4_k_m layer: down in Q6_K, gate and up in Q4_K.

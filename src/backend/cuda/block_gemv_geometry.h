@@ -118,3 +118,32 @@ KESTREL_HD constexpr int roundings(int64_t K) {
 }
 
 }  // namespace kestrel::q6k_gemv
+
+// The integer-dot Q4_K GEMV (q4k_int_gemv.cuh) and its device layout, DType::kQ4_K_T32: a [N, K]
+// Q4_K matrix's rows in groups of 32 (the last one w = N % 32 rows if that is not 0), each group
+// its rows' super-blocks in K order, and a super-block tile (w rows x 144 bytes) stored as 9
+// chunks of 16 bytes, chunk-major (the header chunk first). A warp's 16-byte loads, a lane a row,
+// then read w 16 contiguous bytes. The bytes of rows 32g .. 32g + w - 1 are a permutation of what
+// they are row-major, so a slice that keeps whole groups keeps its row-major byte range.
+namespace kestrel::q4k_int {
+
+constexpr int kSuperElems = 256, kSuperBytes = 144, kChunks = 9, kGroup = 32;
+constexpr int kWarps = block_gemv_layout::kWarps;  // a block's warps: slices of one group's super-blocks
+
+// Byte offset of chunk j (0: d, dmin and the scales; 1 .. 8: quant bytes 16 (j - 1) .. + 15) of
+// super-block s of row n, in a matrix of N rows of S super-blocks.
+KESTREL_HD constexpr int64_t chunk_offset(int64_t N, int64_t S, int64_t n, int64_t s, int j) {
+  const int64_t g0 = n / kGroup * kGroup, w = N - g0 < kGroup ? N - g0 : kGroup;
+  return g0 * S * kSuperBytes + ((s * kChunks + j) * w + (n - g0)) * 16;
+}
+// Warp p's slice of a row's S super-blocks: [slice_first(S, p), slice_first(S, p + 1)).
+KESTREL_HD constexpr int slice_first(int64_t S, int p) { return int(S * p / kWarps); }
+KESTREL_HD constexpr int longest_slice(int64_t S) { return int((S + kWarps - 1) / kWarps); }
+// Per warp for one row: its slice's split activations (3 bytes a value, then a unit and a sum
+// per 32 values: 208 words a super-block); then the block's partial sums, kWarps x 32 x R floats.
+KESTREL_HD constexpr size_t split_bytes(int64_t S) { return size_t(longest_slice(S)) * 208 * 4; }
+KESTREL_HD constexpr size_t smem_bytes(int R, int64_t K) {
+  return (R == 1 ? size_t(kWarps) * split_bytes(K / kSuperElems) : 0) + size_t(kWarps) * kGroup * R * 4;
+}
+
+}  // namespace kestrel::q4k_int

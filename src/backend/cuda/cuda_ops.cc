@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "backend/cuda/block_gemv_geometry.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/step_graphs.h"
 
@@ -309,6 +311,28 @@ Buffer CudaOps::upload(const Tensor& host) {
     CUDA_CHECK(cudaStreamSynchronize(impl_->ctx.stream));
   }
   return b;
+}
+
+Buffer CudaOps::upload_matrix(const Tensor& host) {
+  KCHECK(host.device == Device::kCpu);
+  // KESTREL_CUDA_Q4K_INT=0 keeps Q4_K matrices row-major (the copy-engine GEMV), to compare
+  static const bool tiled = [] {
+    const char* v = std::getenv("KESTREL_CUDA_Q4K_INT");
+    return !(v && v[0] == '0');
+  }();
+  if (host.dtype != DType::kQ4_K || host.nbytes() == 0 || !tiled) return upload(host);
+  const int64_t N = host.rows, S = host.cols / q4k_int::kSuperElems;
+  std::vector<uint8_t> t32(host.nbytes());
+  const auto* src = static_cast<const uint8_t*>(host.data);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s)
+      for (int j = 0; j < q4k_int::kChunks; ++j)
+        std::memcpy(t32.data() + q4k_int::chunk_offset(N, S, n, s, j),
+                    src + size_t(n) * host.row_bytes() + size_t(s) * q4k_int::kSuperBytes + 16 * size_t(j), 16);
+  Tensor t = host;
+  t.dtype = DType::kQ4_K_T32;
+  t.data = t32.data();
+  return upload(t);
 }
 
 void CudaOps::to_host(const Tensor& src, void* dst) {

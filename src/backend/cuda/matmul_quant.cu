@@ -19,6 +19,7 @@
 
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/moe_mma.h"
+#include "backend/cuda/q4k_int_gemv.cuh"
 #include "backend/cuda/quant_gemv_q4k.cuh"
 #include "backend/cuda/quant_gemv_q6k.cuh"
 
@@ -46,27 +47,34 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
 // 323 -> 196 GB/s at T = 8); the load8 formats 4. A column's sums do not depend on it.
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
-inline bool is_unit_format(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
+inline bool is_unit_format(DType dt) {
+  return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ8_0;
+}
 }  // namespace
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
 int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
   if (dt == DType::kQ4_K) return q4k_gemv::block_columns(K);
+  if (dt == DType::kQ4_K_T32) return q4k_int::kGroup;
   if (dt == DType::kQ6_K && q6k_gemv::supported(K)) return q6k_gemv::block_columns(K);
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
 namespace {
 // Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings and scale
 // tables when a matrix is Q4_K (99 KiB for one row, 224 KiB for 8), the Q6_K GEMV's (80 KiB,
-// 202 KiB), else R rows of the activation tile. The kernels are opted in to the largest once.
+// 202 KiB), the integer-dot GEMV's split activations and partial sums when one is kQ4_K_T32
+// (41 KiB for one row of K = 12288, 8 KiB for 8 rows), else R rows of the activation tile. The
+// kernels are opted in to the largest once.
 static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
               "the copy-engine GEMVs' blocks are the GEMV's");
 constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
-inline size_t gemv_quant_smem(int R, bool q4k, bool q6k) {
+inline size_t gemv_quant_smem(int R, bool q4k, bool q6k, bool t32, int64_t K) {
   size_t bytes = R > 1 ? size_t(R) * kGemvTileK * sizeof(float) : 16;
   if (q4k) bytes = std::max(bytes, q4k_gemv::smem_bytes(R));
   if (q6k) bytes = std::max(bytes, q6k_gemv::smem_bytes(R));
+  if (t32) bytes = std::max(bytes, q4k_int::smem_bytes(R, K));
   return bytes;
 }
+static_assert(kGemvWarps == q4k_int::kWarps, "the integer-dot GEMV's blocks are the GEMV's");
 
 // The tensor maps of a launch's matrices that the copy-engine GEMVs read as tensors (Q4_K for
 // one row, Q6_K for any), indexed like MultiTargets.
@@ -93,6 +101,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
+  if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
+    gemv_q4k_int_block<R>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+    return;
+  }
   if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
     gemv_q4k_block<R>(t.out[m], x, t.w[m], &maps.map[m], K, t.n[m], block, gemv_smem);
     return;
@@ -122,17 +134,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
 // K-quant super-block or eight 32-element blocks, contiguous bytes), y over the rows (looping
 // past 65535). It ran as one grid-stride kernel for every format, whose 64-bit division of the
 // flat index per group and format switch cost more issue slots than the decoding.
-template <typename Q>
+// kT32: w is a kQ4_K_T32 matrix of N rows in all (Q = QQ4_K), read at its chunks' places.
+template <typename Q, bool kT32 = false>
 __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows, K]
                                        __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
                                        const uint8_t* __restrict__ w,   // [N, row_bytes]
-                                       size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
+                                       size_t row_bytes, int64_t row0, int64_t rows, int64_t K, int64_t N) {
   pdl_begin();
   const int64_t k = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   if (k >= K) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     float f[8];
-    Q::load8(w + size_t(row0 + r) * row_bytes, k, f);
+    if constexpr (kT32) load8_q4k_t32(w, N, K, row0 + r, k, f);
+    else Q::load8(w + size_t(row0 + r) * row_bytes, k, f);
     __nv_bfloat162 h[4], l[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -151,10 +165,14 @@ void launch_dequantize_bf16(cudaStream_t stream, __nv_bfloat16* hi, __nv_bfloat1
   const int64_t groups = K / 8;
   const int threads = int(std::min<int64_t>(256, ceil_div(groups, 32) * 32));
   const dim3 grid(unsigned(ceil_div(groups, threads)), unsigned(std::min<int64_t>(rows, 65535)));
-  dispatch_quant(w.dtype, "matmul", [&]<typename Q>() {
-    launch(dequantize_bf16_kernel<Q>, grid, threads, 0, stream, hi, lo, static_cast<const uint8_t*>(w.data),
-           w.row_bytes(), row0, rows, K);
-  });
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  if (w.dtype == DType::kQ4_K_T32)
+    launch(dequantize_bf16_kernel<QQ4_K, true>, grid, threads, 0, stream, hi, lo, data, w.row_bytes(), row0, rows, K,
+           w.rows);
+  else
+    dispatch_quant(w.dtype, "matmul", [&]<typename Q>() {
+      launch(dequantize_bf16_kernel<Q>, grid, threads, 0, stream, hi, lo, data, w.row_bytes(), row0, rows, K, w.rows);
+    });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -197,10 +215,12 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
     CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kUnitsOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kQuantGemvSmemMax)));
   });
-  bool q4k = false, q6k = false;
+  bool q4k = false, q6k = false, t32 = false;
   TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
-    if (mt.dtype[m] == DType::kQ4_K) {
+    if (mt.dtype[m] == DType::kQ4_K_T32) {
+      t32 = true;
+    } else if (mt.dtype[m] == DType::kQ4_K) {
       q4k = true;
       if (R == 1) maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
     } else if (mt.dtype[m] == DType::kQ6_K && q6k_gemv::supported(K)) {
@@ -208,7 +228,7 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
       maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
     }
   }
-  const size_t smem = gemv_quant_smem(R, q4k, q6k);
+  const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
   launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
@@ -256,7 +276,11 @@ static int64_t quant_mma_max_rows() {
 // above), so three passes (88 us for 24 rows) still beat the kernel (93-100 us from 9 to 32 rows);
 // the other formats' 8-row GEMVs run at 270-600 GB/s, and two passes lose already (Q6_K: 157 us
 // against 123 at 16 rows; Q8_0: 286 against 106).
-static int64_t gemv_pass_max_rows(DType dt) { return dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows; }
+// kQ4_K_T32's 8-row GEMV (s8 mmas) reads ~1.2-1.5 TB/s and the tensor-core kernel does not take
+// its layout: 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
+static int64_t gemv_pass_max_rows(DType dt) {
+  return dt == DType::kQ4_K_T32 ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
+}
 
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to
 // gemv_pass_max_rows; deterministic mode and kExact at any T), the tensor-core kernel up to

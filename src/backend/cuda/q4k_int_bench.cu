@@ -7,13 +7,14 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/quant_blocks.cuh"
+#include "backend/cuda/q4k_int_gemv.cuh"
 #include "core/error.h"
 
 namespace kestrel::cuda {
 namespace {
 
-constexpr int kSuperElems = 256, kSuperBytes = 144, kChunks = kSuperBytes / 16, kGroup = 32;
+using namespace q4k_int_detail;
+using q4k_int::kSuperBytes;
 
 // x's rows split into terms (x finite): term t of element k of the rows taken as one vector is
 // byte k of the words from terms + t tstride; per 32 elements, unit = s / 16384 and sum = sum(x^)
@@ -23,49 +24,6 @@ struct XTerms {
   float* unit;      // [rows K / 32]
   float* sum;       // [rows K / 32]
 };
-
-__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
-  return (uint32_t(a) & 0xFFu) | (uint32_t(b) & 0xFFu) << 8 | (uint32_t(c) & 0xFFu) << 16 | uint32_t(d) << 24;
-}
-
-// Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
-// Writes the lane's three term words; lane 8j writes the sub-block's unit and sum.
-__device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t0, uint32_t* t1, uint32_t* t2,
-                                           float* unit, float* sum) {
-  float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
-  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 4));
-  int e = 0;
-  frexpf(m, &e);         // m = f 2^e, f in [0.5, 1) (m = 0: e = 0)
-  e = max(e, -100);      // below 2^-100 the terms are 0 (error < 2^-100)
-  const float inv = __int_as_float((127 + 6 - e) << 23);  // 1 / s, s = 2^(e - 6)
-  const float xs[4] = {v.x, v.y, v.z, v.w};
-  int a[4], b[4], c[4], q = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float u = __fmul_rn(xs[i], inv);  // |u| < 64, exact
-    const float fa = rintf(u);
-    const float r = __fmul_rn(__fsub_rn(u, fa), 128.0f);  // exact, |r| <= 64
-    const float fb = rintf(r);
-    const float fc = rintf(__fmul_rn(__fsub_rn(r, fb), 128.0f));
-    a[i] = int(fa);
-    b[i] = int(fb);
-    c[i] = int(fc);
-    q += a[i] * 16384 + b[i] * 128 + c[i];
-  }
-  q += __shfl_xor_sync(kFullMask, q, 1);
-  q += __shfl_xor_sync(kFullMask, q, 2);
-  q += __shfl_xor_sync(kFullMask, q, 4);
-  *t0 = pack4(a[0], a[1], a[2], a[3]);
-  *t1 = pack4(b[0], b[1], b[2], b[3]);
-  *t2 = pack4(c[0], c[1], c[2], c[3]);
-  if ((lane & 7) == 0) {
-    const float u = __int_as_float((127 + e - 20) << 23);  // s / 16384
-    *unit = u;
-    *sum = __fmul_rn(u, float(q));
-  }
-}
 
 // The split as a kernel of its own over `elems` values (a multiple of 128; the term stride
 // elems / 4 words): a warp per 128 values.
@@ -80,67 +38,6 @@ __global__ void split_kernel(XTerms xt, const float* __restrict__ x, int64_t ele
              xt.sum + k / 32);
 }
 
-// Sub-block b's scale d sc and min dmin m from a super-block's 16-byte header (scale_min_k4's
-// packing); b is a compile-time constant where it is called.
-__device__ __forceinline__ void scale_min(const uint4& h, int b, float& s, float& mn) {
-  const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
-  const int j = b & 3;
-  const uint32_t sy = (h.y >> (8 * j)) & 0xFF, sz = (h.z >> (8 * j)) & 0xFF;
-  uint32_t sc, mm;
-  if (b < 4) {
-    sc = sy & 63;
-    mm = sz & 63;
-  } else {
-    const uint32_t w = (h.w >> (8 * j)) & 0xFF;
-    sc = (w & 0xF) | (sy >> 6 << 4);
-    mm = (w >> 4) | (sz >> 6 << 4);
-  }
-  s = __fmul_rn(d, float(sc));
-  mn = __fmul_rn(dmin, float(mm));
-}
-
-// One super-block of the lane's column: c = its 9 chunks, terms at the super-block's first
-// element (words), unit / sum at its first sub-block.
-__device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const uint32_t* __restrict__ t0,
-                                             const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
-                                             const float* __restrict__ unit, const float* __restrict__ sum, float y) {
-  const uint4 h = c[0];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {  // Q4_K chunk q: sub-blocks 2q (low nibbles), 2q + 1 (high)
-    int lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint4 w4 = c[1 + 2 * q + half];
-      const int e = (64 * q + 16 * half) / 4;  // word of the low nibbles' first element
-      const uint4 xl[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
-                           *reinterpret_cast<const uint4*>(t2 + e)};
-      const uint4 xh[3] = {*reinterpret_cast<const uint4*>(t0 + e + 8), *reinterpret_cast<const uint4*>(t1 + e + 8),
-                           *reinterpret_cast<const uint4*>(t2 + e + 8)};
-      const uint32_t ws[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int l = int(ws[i] & 0x0F0F0F0Fu), u = int((ws[i] >> 4) & 0x0F0F0F0Fu);
-#pragma unroll
-        for (int t = 0; t < 3; ++t) {
-          const uint32_t* xw = reinterpret_cast<const uint32_t*>(&xl[t]);
-          const uint32_t* xv = reinterpret_cast<const uint32_t*>(&xh[t]);
-          lo[t] = __dp4a(l, int(xw[i]), lo[t]);
-          hi[t] = __dp4a(u, int(xv[i]), hi[t]);
-        }
-      }
-    }
-    const int ql = lo[0] * 16384 + lo[1] * 128 + lo[2], qh = hi[0] * 16384 + hi[1] * 128 + hi[2];
-    float s[2], mn[2];
-    scale_min(h, 2 * q, s[0], mn[0]);
-    scale_min(h, 2 * q + 1, s[1], mn[1]);
-    y = __fmaf_rn(__fmul_rn(s[0], unit[2 * q]), float(ql), y);
-    y = __fmaf_rn(-mn[0], sum[2 * q], y);
-    y = __fmaf_rn(__fmul_rn(s[1], unit[2 * q + 1]), float(qh), y);
-    y = __fmaf_rn(-mn[1], sum[2 * q + 1], y);
-  }
-  return y;
-}
-
 // A lane's super-block: its chunks kGroup apart in the tile layout (streamed past L1), or
 // consecutive in the row-major one (through L1: a warp's load takes 16 of each 32-byte sector it
 // touches, the next load the other 16).
@@ -150,7 +47,10 @@ __device__ __forceinline__ void load_tile(uint4 (&c)[kChunks], const uint4* __re
   for (int j = 0; j < kChunks; ++j) c[j] = kRowMajor ? __ldg(p + j) : __ldcs(p + j * kGroup);
 }
 
-// out [N] = w . x, a block per group of 32 columns, P warps each a contiguous 1/P of the
+// Warp w's slice of a group's S super-blocks: [first(w), first(w + 1)), about S / P each.
+__device__ __forceinline__ int slice_first(int S, int P, int w) { return S * w / P; }
+
+// out [N] = w . x, a block per group of 32 columns, P warps each a contiguous slice of the
 // group's super-blocks (their sums meet in shared memory, in warp order). kSplit: the warps split
 // their slices of x into shared memory first; else xt holds the split.
 template <int P, bool kSplit, bool kRowMajor = false>
@@ -159,21 +59,22 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
                         const uint4* __restrict__ w, int64_t K) {
   extern __shared__ uint4 smem_raw[];
   __shared__ float partial[P][kGroup];
-  const int S = int(K / kSuperElems), n = S / P;
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int S = int(K / kSuperElems), warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int first = slice_first(S, P, warp), n = slice_first(S, P, warp + 1) - first;
   // w: the tile layout, or (kRowMajor) the row-major one; `step` apart are the super-blocks of a lane
-  const uint4* tile = kRowMajor ? w + ((int64_t(blockIdx.x) * kGroup + lane) * S + int64_t(warp) * n) * kChunks
-                                : w + (int64_t(blockIdx.x) * S + int64_t(warp) * n) * kChunks * kGroup + lane;
+  const uint4* tile = kRowMajor ? w + ((int64_t(blockIdx.x) * kGroup + lane) * S + first) * kChunks
+                                : w + (int64_t(blockIdx.x) * S + first) * kChunks * kGroup + lane;
   constexpr int64_t step = kRowMajor ? kChunks : kChunks * kGroup;
   uint4 a[kChunks], b[kChunks];
-  load_tile<kRowMajor>(a, tile);  // the weights do not depend on the kernel before
+  if (n > 0) load_tile<kRowMajor>(a, tile);  // the weights do not depend on the kernel before
   pdl_begin();
-  const int64_t k0 = int64_t(warp) * n * kSuperElems;  // the slice's first element
+  const int64_t k0 = int64_t(first) * kSuperElems;  // the slice's first element
   const uint32_t *t0, *t1, *t2;
   const float *unit, *sum;
   if constexpr (kSplit) {
-    // per warp: 3 n 64 words of terms, then n 8 units and n 8 sums
-    uint32_t* my = reinterpret_cast<uint32_t*>(smem_raw) + warp * n * (3 * 64 + 16);
+    // per warp, for the longest slice's nmax super-blocks: 3 nmax 64 words of terms, then units and sums
+    const int nmax = (S + P - 1) / P;
+    uint32_t* my = reinterpret_cast<uint32_t*>(smem_raw) + warp * nmax * (3 * 64 + 16);
     uint32_t* m0 = my;
     uint32_t* m1 = my + n * 64;
     uint32_t* m2 = my + 2 * n * 64;
@@ -216,30 +117,25 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
   }
 }
 
-// d += a b, a 16x32 (row-major) and b 32x8 (column-major) s8 fragment, exact s32 sums. Lane l, g =
-// l / 4, c = l % 4: a0 = A[g][4c .. 4c+3], a1 = A[g+8][4c ..], a2 = A[g][16+4c ..], a3 = A[g+8][16+4c
-// ..]; b0 = B[4c .. 4c+3][g], b1 = B[16+4c ..][g]; d0, d1 = D[g][2c, 2c+1], d2, d3 = D[g+8][..].
-__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // out [R, N] = x . w^T for R of 2..8 rows on the tensor cores, every row's bits those of
 // q4k_int_gemv_kernel<P> on that row alone: a sub-block's Q per (column, row) is the same exact
 // integer (three s8 mmas, one a term, k in any order as long as A and B agree: lane c takes word c
 // of the sub-block's two 16-byte chunks), and the F32 steps after it are the same, in the same
 // order. A warp's 32 columns are two m-tiles of 16; B's column n is x row n (rows past R repeat
 // the last, their outputs dropped). xt: the rows' split (term stride tstride words).
-template <int P, int R>
-__global__ void __launch_bounds__(32 * P) q4k_int_rows_kernel(float* __restrict__ out, XTerms xt, int64_t tstride,
-                                                             const uint8_t* __restrict__ w, int64_t K, int64_t N) {
+template <int P, int R, bool kSplit>
+__global__ void __launch_bounds__(32 * P)
+    q4k_int_rows_kernel(float* __restrict__ out, const float* __restrict__ x, XTerms xt, int64_t tstride,
+                        const uint8_t* __restrict__ w, int64_t K, int64_t N) {
   __shared__ float partial[P][kGroup][R];
-  const int S = int(K / kSuperElems), n = S / P;
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
-  const uint8_t* tile = w + (int64_t(blockIdx.x) * S + int64_t(warp) * n) * kChunks * kGroup * 16;
+  const int S = int(K / kSuperElems), warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int first = slice_first(S, P, warp), n = slice_first(S, P, warp + 1) - first;
+  const uint8_t* tile = w + (int64_t(blockIdx.x) * S + first) * kChunks * kGroup * 16;
   pdl_begin();
-  const int64_t k0 = int64_t(warp) * n * kSuperElems;
+  const int64_t k0 = int64_t(first) * kSuperElems;
+  // kSplit: B column g's values (x row g, rows past R the last), 8 a lane a sub-block
+  const float* xg = x + int64_t(min(g, R - 1)) * K + k0 + 4 * c;
   const uint32_t* xb = xt.terms + (int64_t(min(g, R - 1)) * K + k0) / 4 + c;
   const int ra = min(2 * c, R - 1), rb = min(2 * c + 1, R - 1);
   const float *ua = xt.unit + (ra * K + k0) / 32, *ub = xt.unit + (rb * K + k0) / 32;
@@ -263,17 +159,29 @@ __global__ void __launch_bounds__(32 * P) q4k_int_rows_kernel(float* __restrict_
           for (int h = 0; h < 2; ++h)
             wd[mt][hh][h] = __ldcs(reinterpret_cast<const unsigned int*>(tp + (1 + 2 * q + h) * kGroup * 16 +
                                                                          (16 * mt + g + 8 * hh) * 16) + c);
-      uint32_t xw[3][2][2];  // [term][low, high sub-block][chunk]
-#pragma unroll
-      for (int tm = 0; tm < 3; ++tm)
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) xw[tm][hi][h] = xb[tm * tstride + t * 64 + (64 * q + 32 * hi + 16 * h) / 4];
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const int b = 2 * q + hi, sg = 8 * t + b;
-        const float u[2] = {ua[sg], ub[sg]}, sm[2] = {sa[sg], sb[sg]};
+        uint32_t xw[3][2];  // [term][chunk]: B's words
+        float u[2], sm[2];  // rows 2c, 2c + 1: unit and sum
+        if constexpr (kSplit) {
+          const float* v = xg + t * kSuperElems + 64 * q + 32 * hi;
+          float unit, sum;
+          split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
+          u[0] = __shfl_sync(kFullMask, unit, 4 * ra);
+          u[1] = __shfl_sync(kFullMask, unit, 4 * rb);
+          sm[0] = __shfl_sync(kFullMask, sum, 4 * ra);
+          sm[1] = __shfl_sync(kFullMask, sum, 4 * rb);
+        } else {
+#pragma unroll
+          for (int tm = 0; tm < 3; ++tm)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) xw[tm][h] = xb[tm * tstride + t * 64 + (64 * q + 32 * hi + 16 * h) / 4];
+          u[0] = ua[sg];
+          u[1] = ub[sg];
+          sm[0] = sa[sg];
+          sm[1] = sb[sg];
+        }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           uint32_t a[4];
@@ -284,7 +192,7 @@ __global__ void __launch_bounds__(32 * P) q4k_int_rows_kernel(float* __restrict_
           }
           int d[3][4] = {};
 #pragma unroll
-          for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][hi][0], xw[tm][hi][1]);
+          for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             float sc, mn;
@@ -420,8 +328,8 @@ class Bench {
 // The one-row kernel with P slices on row r of the bench's x (split inside the kernel or before).
 template <int P, bool kSplit, bool kRowMajor = false>
 void one_row(Bench& b, const uint4* w, int r) {
-  const int n = int(b.K_ / kSuperElems / P);
-  const size_t smem = kSplit ? size_t(P) * n * (3 * 64 + 16) * 4 : 0;
+  const int64_t nmax = (b.K_ / kSuperElems + P - 1) / P;  // the longest slice
+  const size_t smem = kSplit ? size_t(P * nmax) * (3 * 64 + 16) * 4 : 0;
   auto kernel = q4k_int_gemv_kernel<P, kSplit, kRowMajor>;
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -439,7 +347,7 @@ std::vector<Q4kIntGemvRun> time_q4k_int_gemv(const void* w, int64_t N, int64_t K
   const int64_t S = K / kSuperElems;
   std::vector<Q4kIntGemvRun> runs;
   auto variant = [&]<int P, bool kSplit, bool kRowMajor = false>() {
-    if (S % P) return;
+    if (P > S) return;
     Q4kIntGemvRun r;
     r.slices = P;
     r.converted = !kSplit;
@@ -467,8 +375,8 @@ std::vector<Q4kIntGemvRun> time_q4k_int_gemv(const void* w, int64_t N, int64_t K
 std::vector<Q4kIntRowsRun> time_q4k_int_rows(const void* w, int64_t N, int64_t K, const float* x, int reps) {
   const int64_t S = K / kSuperElems;
   std::vector<Q4kIntRowsRun> runs;
-  auto rows = [&]<int P, int R>() {
-    if (S % P) return;
+  auto rows = [&]<int P, int R, bool kSplit>() {
+    if (P > S) return;
     Bench b(w, N, K, x, R);
     b.split();
     // each row alone, through the one-row kernel (split before)
@@ -480,12 +388,13 @@ std::vector<Q4kIntRowsRun> time_q4k_int_rows(const void* w, int64_t N, int64_t K
       alone.insert(alone.end(), v.begin(), v.end());
     }
     auto go = [&](const uint4* wt) {
-      launch(q4k_int_rows_kernel<P, R>, unsigned(N / kGroup), unsigned(32 * P), 0, b.stream_, b.out_,
-             b.xt_, b.tstride(), reinterpret_cast<const uint8_t*>(wt), K, N);
+      launch(q4k_int_rows_kernel<P, R, kSplit>, unsigned(N / kGroup), unsigned(32 * P), 0, b.stream_, b.out_,
+             static_cast<const float*>(b.x_), b.xt_, b.tstride(), reinterpret_cast<const uint8_t*>(wt), K, N);
     };
     Q4kIntRowsRun r;
     r.rows = R;
     r.slices = P;
+    r.split_inside = kSplit;
     r.hot_us = b.time_us([&](int) { go(b.copies_[0]); }, reps);
     r.dram_us = b.time_us([&](int i) { go(b.copies_[size_t(i) % b.copies_.size()]); }, reps * int(b.copies_.size()));
     b.poison_out();
@@ -494,10 +403,13 @@ std::vector<Q4kIntRowsRun> time_q4k_int_rows(const void* w, int64_t N, int64_t K
     r.same_bits = std::memcmp(r.out.data(), alone.data(), alone.size() * 4) == 0;
     runs.push_back(std::move(r));
   };
-  rows.operator()<8, 2>();
-  rows.operator()<8, 4>();
-  rows.operator()<8, 8>();
-  rows.operator()<16, 8>();
+  rows.operator()<8, 2, false>();
+  rows.operator()<8, 4, false>();
+  rows.operator()<8, 8, false>();
+  rows.operator()<16, 8, false>();
+  rows.operator()<8, 2, true>();
+  rows.operator()<8, 8, true>();
+  rows.operator()<16, 8, true>();
   return runs;
 }
 

@@ -27,7 +27,8 @@ struct Q4kIntGemvRun {
 };
 
 // w: N rows of K / 256 Q4_K super-blocks (row-major, as a GGUF holds them), N % 32 == 0,
-// K % 256 == 0. x: [K]. Runs each variant (slices 4, 8, 16 where they divide K / 256; x split by
+// K % 256 == 0. x: [K]. Runs each variant (slices 4, 8, 16, up to K / 256, uneven where P does not
+// divide it; x split by
 // the GEMV or beforehand; and 8, 16 slices split inside on the row-major layout) `reps` times after
 // warm-up; the split alone is timed into *split_us.
 std::vector<Q4kIntGemvRun> time_q4k_int_gemv(const void* w, int64_t N, int64_t K, const float* x, int reps,
@@ -35,13 +36,15 @@ std::vector<Q4kIntGemvRun> time_q4k_int_gemv(const void* w, int64_t N, int64_t K
 
 struct Q4kIntRowsRun {
   int rows = 0, slices = 0;
-  double hot_us = 0, dram_us = 0;  // as above, the split before
+  bool split_inside = false;       // each warp splits its rows' values as it goes, else the split before
+  double hot_us = 0, dram_us = 0;  // as above
   bool same_bits = false;          // every row's output equals the one-row kernel's on that row alone
   std::vector<float> out;          // [rows, N]
 };
 
 // The same weights times `rows` (2 .. 8) rows of x ([rows, K]) on the tensor cores (three s8 mmas a
-// sub-block, one a term): rows 2, 4 and 8 at 8 slices, 8 at 16 (where they divide K / 256).
+// sub-block, one a term): rows 2, 4 and 8 at 8 slices, 8 at 16, the split before; rows 2 and 8 at 8
+// slices and 8 at 16, split inside (slices of uneven length where P does not divide K / 256).
 std::vector<Q4kIntRowsRun> time_q4k_int_rows(const void* w, int64_t N, int64_t K, const float* x, int reps);
 
 }  // namespace kestrel::cuda

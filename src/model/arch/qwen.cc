@@ -35,7 +35,7 @@ class QwenModel final : public Model {
 
  private:
   Tensor norm(WeightLoader& wl, const std::string& name, int64_t n) const;
-  MlpWeights mlp(WeightLoader& wl, const std::string& p, int64_t ffn) const;
+  MlpWeights mlp(WeightLoader& wl, const std::string& p, int64_t ffn, bool expert = false) const;
   void load_attention(WeightLoader& wl, const std::string& p, QwenLayer& layer) const;
   void load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer& layer) const;
 
@@ -49,11 +49,14 @@ Tensor QwenModel::norm(WeightLoader& wl, const std::string& name, int64_t n) con
   return wl.f32(name, {n});
 }
 
-MlpWeights QwenModel::mlp(WeightLoader& wl, const std::string& p, int64_t ffn) const {
+MlpWeights QwenModel::mlp(WeightLoader& wl, const std::string& p, int64_t ffn, bool expert) const {
   const int64_t H = cfg_.hidden_size;
-  return {.gate = wl.op_weight(p + "gate_proj.weight", ffn, H),
-          .up = wl.op_weight(p + "up_proj.weight", ffn, H),
-          .down = wl.op_weight(p + "down_proj.weight", H, ffn)};
+  // a routed expert's matrices go to moe_experts (row-major); the others only to matmuls
+  auto load = [&](const std::string& name, int64_t rows, int64_t cols) {
+    return expert ? wl.op_weight(p + name, rows, cols) : wl.matmul_weight(p + name, rows, cols);
+  };
+  return {.gate = load("gate_proj.weight", ffn, H), .up = load("up_proj.weight", ffn, H),
+          .down = load("down_proj.weight", H, ffn)};
 }
 
 void QwenModel::load_attention(WeightLoader& wl, const std::string& p, QwenLayer& layer) const {
@@ -69,14 +72,14 @@ void QwenModel::load_attention(WeightLoader& wl, const std::string& p, QwenLayer
         g_rows.push_back(h * 2 * hd + hd + i);
       }
     }
-    w.q = wl.op_weight_rows(p + "q_proj.weight", 2 * qw, H, q_rows);
-    w.gate = wl.op_weight_rows(p + "q_proj.weight", 2 * qw, H, g_rows);
+    w.q = wl.matmul_weight_rows(p + "q_proj.weight", 2 * qw, H, q_rows);
+    w.gate = wl.matmul_weight_rows(p + "q_proj.weight", 2 * qw, H, g_rows);
   } else {
-    w.q = wl.op_weight(p + "q_proj.weight", qw, H);
+    w.q = wl.matmul_weight(p + "q_proj.weight", qw, H);
   }
-  w.k = wl.op_weight(p + "k_proj.weight", kvw, H);
-  w.v = wl.op_weight(p + "v_proj.weight", kvw, H);
-  w.o = wl.op_weight(p + "o_proj.weight", H, qw);
+  w.k = wl.matmul_weight(p + "k_proj.weight", kvw, H);
+  w.v = wl.matmul_weight(p + "v_proj.weight", kvw, H);
+  w.o = wl.matmul_weight(p + "o_proj.weight", H, qw);
   w.q_norm = norm(wl, p + "q_norm.weight", hd);
   w.k_norm = norm(wl, p + "k_norm.weight", hd);
 }
@@ -99,8 +102,8 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
       for (int64_t e = 0; e < r * dv; ++e) qkv_rows.push_back(i * group + 2 * dk + e);
     for (int64_t i = 0; i < nk; ++i)
       for (int64_t e = 0; e < r * dv; ++e) z_rows.push_back(i * group + 2 * dk + r * dv + e);
-    w.qkv = wl.op_weight_rows(p + "in_proj_qkvz.weight", nk * group, H, qkv_rows);
-    w.z = wl.op_weight_rows(p + "in_proj_qkvz.weight", nk * group, H, z_rows);
+    w.qkv = wl.matmul_weight_rows(p + "in_proj_qkvz.weight", nk * group, H, qkv_rows);
+    w.z = wl.matmul_weight_rows(p + "in_proj_qkvz.weight", nk * group, H, z_rows);
     // in_proj_ba: per key head i, [b_i (r), a_i (r)].
     std::vector<int64_t> b_rows, a_rows;
     for (int64_t i = 0; i < nk; ++i) {
@@ -109,13 +112,13 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
         a_rows.push_back(i * 2 * r + r + e);
       }
     }
-    w.b = wl.op_weight_rows(p + "in_proj_ba.weight", nk * 2 * r, H, b_rows);
-    w.a = wl.op_weight_rows(p + "in_proj_ba.weight", nk * 2 * r, H, a_rows);
+    w.b = wl.matmul_weight_rows(p + "in_proj_ba.weight", nk * 2 * r, H, b_rows);
+    w.a = wl.matmul_weight_rows(p + "in_proj_ba.weight", nk * 2 * r, H, a_rows);
   } else {
-    w.qkv = wl.op_weight(p + "in_proj_qkv.weight", C, H);
-    w.z = wl.op_weight(p + "in_proj_z.weight", nv * dv, H);
-    w.b = wl.op_weight(p + "in_proj_b.weight", nv, H);
-    w.a = wl.op_weight(p + "in_proj_a.weight", nv, H);
+    w.qkv = wl.matmul_weight(p + "in_proj_qkv.weight", C, H);
+    w.z = wl.matmul_weight(p + "in_proj_z.weight", nv * dv, H);
+    w.b = wl.matmul_weight(p + "in_proj_b.weight", nv, H);
+    w.a = wl.matmul_weight(p + "in_proj_a.weight", nv, H);
   }
   w.conv = wl.f32(p + "conv1d.weight", {C, 1, g.conv_kernel}, {}, true);
   w.conv = w.conv.reshaped(C, g.conv_kernel);
@@ -125,7 +128,7 @@ void QwenModel::load_deltanet(WeightLoader& wl, const std::string& p, QwenLayer&
   else w.a_neg = wl.f32(p + "A_log", {nv}, [](float x) { return -std::exp(x); });
   w.dt_bias = wl.f32(p + "dt_bias", {nv});
   w.norm = wl.f32(p + "norm.weight", {dv});  // gated RMSNorm: plain weight, never zero-centred
-  w.out = wl.op_weight(p + "out_proj.weight", H, nv * dv);
+  w.out = wl.matmul_weight(p + "out_proj.weight", H, nv * dv);
 }
 
 QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.ops()) {
@@ -159,7 +162,7 @@ QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.o
     auto& mw = layer.moe_w;
     mw.router = wl.op_weight(p + "mlp.gate.weight", m.n_experts, H);
     for (int e = 0; e < m.n_experts; ++e) {
-      MlpWeights ex = mlp(wl, p + "mlp.experts." + std::to_string(e) + ".", m.expert_ffn);
+      MlpWeights ex = mlp(wl, p + "mlp.experts." + std::to_string(e) + ".", m.expert_ffn, /*expert=*/true);
       mw.experts.gate.push_back(ex.gate);
       mw.experts.up.push_back(ex.up);
       mw.experts.down.push_back(ex.down);

@@ -6,6 +6,8 @@
 // runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/block_gemv_geometry.h"
@@ -117,6 +119,40 @@ TEST(BlockGemvGeometry, RoundingCounts) {
   EXPECT_EQ(q4k_gemv::block_columns(4096), 32);
   EXPECT_EQ(q6k_gemv::block_columns(4096), 16);
   EXPECT_EQ(q4k_gemv::block_columns(2816), 256);
+}
+
+// The kQ4_K_T32 layout is a permutation of the row-major bytes within each group of 32 rows
+// (the last group partial), so a slice of whole groups keeps its row-major byte range; the
+// slices of a row's super-blocks cover them once, every warp's no longer than longest_slice.
+TEST(BlockGemvGeometry, Q4kIntLayoutPermutesWithinGroups) {
+  for (auto [N, S] : std::vector<std::pair<int64_t, int64_t>>{{64, 16}, {100, 4}, {33, 10}, {7, 1}}) {
+    std::vector<int> seen(size_t(N * S * q4k_int::kChunks), 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s)
+        for (int j = 0; j < q4k_int::kChunks; ++j) {
+          const int64_t off = q4k_int::chunk_offset(N, S, n, s, j);
+          ASSERT_EQ(off % 16, 0);
+          ASSERT_GE(off, 0);
+          ASSERT_LT(off, N * S * q4k_int::kSuperBytes);
+          const int64_t g0 = n / 32 * 32, g1 = std::min<int64_t>(N, g0 + 32);
+          EXPECT_GE(off, g0 * S * q4k_int::kSuperBytes) << N << " " << n;  // inside its group's row-major range
+          EXPECT_LT(off, g1 * S * q4k_int::kSuperBytes) << N << " " << n;
+          ++seen[size_t(off / 16)];
+        }
+    for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << N << "x" << S << " chunk " << i;
+    // a chunk of the same super-block and index, lanes of one group: 16 bytes apart
+    if (N >= 2) EXPECT_EQ(q4k_int::chunk_offset(N, S, 1, 0, 3) - q4k_int::chunk_offset(N, S, 0, 0, 3), 16);
+    std::vector<int> covered(size_t(S), 0);
+    for (int p = 0; p < q4k_int::kWarps; ++p) {
+      const int a = q4k_int::slice_first(S, p), b = q4k_int::slice_first(S, p + 1);
+      EXPECT_LE(a, b);
+      EXPECT_LE(b - a, q4k_int::longest_slice(S));
+      for (int t = a; t < b; ++t) ++covered[size_t(t)];
+    }
+    for (int64_t t = 0; t < S; ++t) EXPECT_EQ(covered[size_t(t)], 1) << S << " super-block " << t;
+  }
+  EXPECT_EQ(q4k_int::smem_bytes(1, 12288), size_t(8) * 6 * 208 * 4 + 8 * 32 * 4);
+  EXPECT_EQ(q4k_int::smem_bytes(8, 12288), size_t(8) * 32 * 8 * 4);
 }
 
 }  // namespace

@@ -1,0 +1,340 @@
+// The integer-dot Q4_K GEMV over the kQ4_K_T32 layout (block_gemv_geometry.h, q4k_int), the
+// block code gemv_multi_quant_kernel runs for such a matrix (any R of 1..8 rows), and the device
+// helpers GpuBench.Q4kIntGemv's measurement kernels share (q4k_int_bench.cu).
+//  - Activations: each 32 values x become x^ = s (a + b / 128 + c / 16384), s a power of two with
+//    max |x| / s in [32, 64), a, b, c integers in [-64, 64], every step exact in F32, so
+//    |x - x^| <= 2^-20 max |x| of the 32. For one row each warp splits its slice of x into
+//    shared memory after its wait; for R > 1 the four lanes of a B column split its 32 values of
+//    a sub-block in registers as they go.
+//  - A sub-block's Q = sum q (16384 a + 128 b + c) is an exact 32-bit integer (|Q| < 2^29): three
+//    dp4a chains for one row (a lane a column), three s8 mmas m16n8k32 for R > 1 (A = 16 columns'
+//    quants, B = the rows' terms). Per sub-block, in order: y += (d sc s / 16384) float(Q), then
+//    y -= (dmin m) sum(x^); the warps' partial sums meet in shared memory in warp order. Nothing
+//    depends on R: a row has the same bits alone or among R.
+//  - Error: |y - w.x| <= 2^-20 sum_b max|x_b| sum_b |d sc q| plus the F32 epilogue's roundings
+//    (QuantGpuTest.MatmulQ4KT32*: measured <= 2e-7 of S' plus that term).
+#pragma once
+
+#include "backend/cuda/block_gemv_geometry.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/quant_blocks.cuh"
+
+namespace kestrel::cuda {
+namespace q4k_int_detail {
+
+using q4k_int::kChunks;
+using q4k_int::kGroup;
+using q4k_int::kSuperElems;
+
+__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+  return (uint32_t(a) & 0xFFu) | (uint32_t(b) & 0xFFu) << 8 | (uint32_t(c) & 0xFFu) << 16 | uint32_t(d) << 24;
+}
+
+// The exponent e of a sub-block's largest magnitude m (m = f 2^e, f in [0.5, 1); m = 0: 0), at
+// least -100: below 2^-100 every term is 0 (an error under 2^-100). The scale is s = 2^(e - 6).
+__device__ __forceinline__ int split_exponent(float m) {
+  int e = 0;
+  frexpf(m, &e);
+  return max(e, -100);
+}
+
+// One value's terms under 1 / s = inv: x^ = s (a + b / 128 + c / 16384), every step exact in F32
+// (|x inv| < 64); returns 16384 a + 128 b + c.
+__device__ __forceinline__ int value_terms(float x, float inv, int& a, int& b, int& c) {
+  const float u = __fmul_rn(x, inv);
+  const float fa = rintf(u);
+  const float r = __fmul_rn(__fsub_rn(u, fa), 128.0f);  // |r| <= 64
+  const float fb = rintf(r);
+  const float fc = rintf(__fmul_rn(__fsub_rn(r, fb), 128.0f));
+  a = int(fa);
+  b = int(fb);
+  c = int(fc);
+  return a * 16384 + b * 128 + c;
+}
+
+// Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
+// Writes the lane's three term words; lane 8j writes the sub-block's unit and sum.
+__device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t0, uint32_t* t1, uint32_t* t2,
+                                           float* unit, float* sum) {
+  float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 4));
+  const int e = split_exponent(m);
+  const float inv = __int_as_float((127 + 6 - e) << 23);  // 1 / s, s = 2^(e - 6)
+  const float xs[4] = {v.x, v.y, v.z, v.w};
+  int a[4], b[4], c[4], q = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q += value_terms(xs[i], inv, a[i], b[i], c[i]);
+  q += __shfl_xor_sync(kFullMask, q, 1);
+  q += __shfl_xor_sync(kFullMask, q, 2);
+  q += __shfl_xor_sync(kFullMask, q, 4);
+  *t0 = pack4(a[0], a[1], a[2], a[3]);
+  *t1 = pack4(b[0], b[1], b[2], b[3]);
+  *t2 = pack4(c[0], c[1], c[2], c[3]);
+  if ((lane & 7) == 0) {
+    const float u = __int_as_float((127 + e - 20) << 23);  // s / 16384
+    *unit = u;
+    *sum = __fmul_rn(u, float(q));
+  }
+}
+
+// The rows kernel's split on the fly: the 4 lanes 4g .. 4g + 3 hold one sub-block's 32 values of
+// a row, 8 a lane (v0: the values of B fragment word 0, v1: of word 1). The same terms, unit and
+// sum as split_quad (the max and the integer sum do not depend on how the values are spread).
+__device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_t (&w)[3][2], float& unit,
+                                       float& sum) {
+  const float xs[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(xs[i]));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
+  const int e = split_exponent(m);
+  const float inv = __int_as_float((127 + 6 - e) << 23);
+  int a[8], b[8], c[8], q = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q += value_terms(xs[i], inv, a[i], b[i], c[i]);
+  q += __shfl_xor_sync(kFullMask, q, 1);
+  q += __shfl_xor_sync(kFullMask, q, 2);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    w[0][h] = pack4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]);
+    w[1][h] = pack4(b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3]);
+    w[2][h] = pack4(c[4 * h], c[4 * h + 1], c[4 * h + 2], c[4 * h + 3]);
+  }
+  unit = __int_as_float((127 + e - 20) << 23);
+  sum = __fmul_rn(unit, float(q));
+}
+
+// Sub-block b's scale d sc and min dmin m from a super-block's 16-byte header (scale_min_k4's
+// packing); b is a compile-time constant where it is called.
+__device__ __forceinline__ void scale_min(const uint4& h, int b, float& s, float& mn) {
+  const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
+  const int j = b & 3;
+  const uint32_t sy = (h.y >> (8 * j)) & 0xFF, sz = (h.z >> (8 * j)) & 0xFF;
+  uint32_t sc, mm;
+  if (b < 4) {
+    sc = sy & 63;
+    mm = sz & 63;
+  } else {
+    const uint32_t w = (h.w >> (8 * j)) & 0xFF;
+    sc = (w & 0xF) | (sy >> 6 << 4);
+    mm = (w >> 4) | (sz >> 6 << 4);
+  }
+  s = __fmul_rn(d, float(sc));
+  mn = __fmul_rn(dmin, float(mm));
+}
+
+// One super-block of the lane's column: c = its 9 chunks, terms at the super-block's first
+// element (words), unit / sum at its first sub-block.
+__device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const uint32_t* __restrict__ t0,
+                                             const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
+                                             const float* __restrict__ unit, const float* __restrict__ sum, float y) {
+  const uint4 h = c[0];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // Q4_K chunk q: sub-blocks 2q (low nibbles), 2q + 1 (high)
+    int lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint4 w4 = c[1 + 2 * q + half];
+      const int e = (64 * q + 16 * half) / 4;  // word of the low nibbles' first element
+      const uint4 xl[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
+                           *reinterpret_cast<const uint4*>(t2 + e)};
+      const uint4 xh[3] = {*reinterpret_cast<const uint4*>(t0 + e + 8), *reinterpret_cast<const uint4*>(t1 + e + 8),
+                           *reinterpret_cast<const uint4*>(t2 + e + 8)};
+      const uint32_t ws[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int l = int(ws[i] & 0x0F0F0F0Fu), u = int((ws[i] >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+        for (int t = 0; t < 3; ++t) {
+          const uint32_t* xw = reinterpret_cast<const uint32_t*>(&xl[t]);
+          const uint32_t* xv = reinterpret_cast<const uint32_t*>(&xh[t]);
+          lo[t] = __dp4a(l, int(xw[i]), lo[t]);
+          hi[t] = __dp4a(u, int(xv[i]), hi[t]);
+        }
+      }
+    }
+    const int ql = lo[0] * 16384 + lo[1] * 128 + lo[2], qh = hi[0] * 16384 + hi[1] * 128 + hi[2];
+    float s[2], mn[2];
+    scale_min(h, 2 * q, s[0], mn[0]);
+    scale_min(h, 2 * q + 1, s[1], mn[1]);
+    y = __fmaf_rn(__fmul_rn(s[0], unit[2 * q]), float(ql), y);
+    y = __fmaf_rn(-mn[0], sum[2 * q], y);
+    y = __fmaf_rn(__fmul_rn(s[1], unit[2 * q + 1]), float(qh), y);
+    y = __fmaf_rn(-mn[1], sum[2 * q + 1], y);
+  }
+  return y;
+}
+
+// d += a b, a 16x32 (row-major) and b 32x8 (column-major) s8 fragment, exact s32 sums. Lane l, g =
+// l / 4, c = l % 4: a0 = A[g][4c .. 4c+3], a1 = A[g+8][4c ..], a2 = A[g][16+4c ..], a3 = A[g+8][16+4c
+// ..]; b0 = B[4c .. 4c+3][g], b1 = B[16+4c ..][g]; d0, d1 = D[g][2c, 2c+1], d2, d3 = D[g+8][..].
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace q4k_int_detail
+
+// The work of one block (q4k_int::kWarps warps) for R rows: out [R, N] (row stride N) = x [R, K] .
+// w^T, w [N, K] in kQ4_K_T32, the columns of group `group` (32, or the last group's w); warp p takes
+// super-blocks [slice_first(S, p), slice_first(S, p + 1)) of every column. Calls pdl_begin()
+// itself: one row's first weights are loaded before it. smem: q4k_int::smem_bytes(R, K) bytes.
+// K % 256 == 0; x 16-byte aligned.
+template <int R>
+__device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, const float* __restrict__ x,
+                                                   const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
+                                                   uint8_t* __restrict__ smem) {
+  using namespace q4k_int_detail;
+  constexpr int P = q4k_int::kWarps;
+  const int64_t S = K / kSuperElems, g0 = group * kGroup;
+  const int wg = int(N - g0 < kGroup ? N - g0 : kGroup);  // the group's columns
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int first = q4k_int::slice_first(S, warp), n = q4k_int::slice_first(S, warp + 1) - first;
+  const int64_t cstride = int64_t(wg) * 16, sstride = kChunks * cstride;  // bytes between chunks, super-blocks
+  const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * q4k_int::kSuperBytes + first * sstride;
+  const int64_t k0 = int64_t(first) * kSuperElems;
+  float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S) : 0));
+  if constexpr (R == 1) {
+    const bool live = lane < wg;
+    const uint8_t* p = gbase + lane * 16;
+    auto load = [&](uint4 (&c)[kChunks], int t) {
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j)
+        c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(p + t * sstride + j * cstride)) : make_uint4(0, 0, 0, 0);
+    };
+    uint4 a[kChunks], b[kChunks];
+    if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
+    pdl_begin();
+    // the slice's split: 3 n 64 words of terms, then n 8 units and n 8 sums
+    uint32_t* m0 = reinterpret_cast<uint32_t*>(smem + size_t(warp) * q4k_int::split_bytes(S));
+    uint32_t* m1 = m0 + n * 64;
+    uint32_t* m2 = m1 + n * 64;
+    float* mu = reinterpret_cast<float*>(m2 + n * 64);
+    float* ms = mu + n * 8;
+    for (int it = 0; it < 2 * n; ++it) {  // 128 values an iteration
+      const float4 v = *reinterpret_cast<const float4*>(x + k0 + 128 * it + 4 * lane);
+      const int wi = 32 * it + lane;
+      split_quad(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
+    }
+    __syncwarp();
+    float y = 0.0f;
+    for (int t = 0; t < n; t += 2) {
+      if (t + 1 < n) load(b, t + 1);
+      y = super_block(a, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, y);
+      if (t + 1 >= n) break;
+      if (t + 2 < n) load(a, t + 2);
+      y = super_block(b, m0 + 64 * (t + 1), m1 + 64 * (t + 1), m2 + 64 * (t + 1), mu + 8 * (t + 1), ms + 8 * (t + 1),
+                      y);
+    }
+    partial[warp * kGroup + lane] = y;
+    __syncthreads();
+    if (warp == 0 && live) {
+      float s = partial[lane];
+#pragma unroll
+      for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[q * kGroup + lane]);
+      out[g0 + lane] = s;
+    }
+  } else {
+    const int g = lane >> 2, c = lane & 3;
+    pdl_begin();
+    const float* xg = x + int64_t(min(g, R - 1)) * K + k0 + 4 * c;  // B column g: x row g (past R, the last)
+    const int ra = min(2 * c, R - 1), rb = min(2 * c + 1, R - 1);   // this lane's output rows' sources
+    float y[2][4] = {};
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* tp = gbase + t * sstride;
+      uint4 hdr[2][2];  // [m-tile][column g, g + 8]
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int col = 16 * mt + g + 8 * hh;
+          hdr[mt][hh] = col < wg ? __ldcs(reinterpret_cast<const uint4*>(tp + col * 16)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int col = 16 * mt + g + 8 * hh;
+              wd[mt][hh][h] = col < wg ? __ldcs(reinterpret_cast<const unsigned int*>(
+                                             tp + (1 + 2 * q + h) * cstride + col * 16) + c)
+                                       : 0u;
+            }
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int b = 2 * q + hi;
+          const float* v = xg + t * kSuperElems + 64 * q + 32 * hi;
+          uint32_t xw[3][2];
+          float unit, sum;
+          split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
+          const float u[2] = {__shfl_sync(kFullMask, unit, 4 * ra), __shfl_sync(kFullMask, unit, 4 * rb)};
+          const float sm[2] = {__shfl_sync(kFullMask, sum, 4 * ra), __shfl_sync(kFullMask, sum, 4 * rb)};
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            uint32_t a[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint32_t vv = wd[mt][i & 1][i >> 1];
+              a[i] = hi ? (vv >> 4) & 0x0F0F0F0Fu : vv & 0x0F0F0F0Fu;
+            }
+            int d[3][4] = {};
+#pragma unroll
+            for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              float sc, mn;
+              scale_min(hdr[mt][hh], b, sc, mn);
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                const int j = 2 * hh + i;
+                const int Q = d[0][j] * 16384 + d[1][j] * 128 + d[2][j];
+                y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), float(Q), y[mt][j]);
+                y[mt][j] = __fmaf_rn(-mn, sm[i], y[mt][j]);
+              }
+            }
+          }
+        }
+      }
+    }
+    // partial [warp][col][row]
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int col = 16 * mt + g + 8 * (j >> 1), row = 2 * c + (j & 1);
+        if (row < R) partial[(warp * kGroup + col) * R + row] = y[mt][j];
+      }
+    __syncthreads();
+    for (int i = int(threadIdx.x); i < kGroup * R; i += 32 * P) {
+      const int col = i / R, row = i % R;
+      if (col >= wg) continue;
+      float s = partial[col * R + row];
+#pragma unroll
+      for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[(q * kGroup + col) * R + row]);
+      out[int64_t(row) * N + g0 + col] = s;
+    }
+  }
+}
+
+// Elements k .. k + 7 (k % 8 == 0) of row n of a kQ4_K_T32 matrix [N, K] as ggml's dequantized
+// values: the super-block's header and the quant chunk holding them, put back at their
+// row-major places, through QQ4_K::load8.
+__device__ __forceinline__ void load8_q4k_t32(const uint8_t* __restrict__ w, int64_t N, int64_t K, int64_t n,
+                                              int64_t k, float (&f)[8]) {
+  const int64_t S = K / q4k_int::kSuperElems, s = k / q4k_int::kSuperElems;
+  const int o = int(k % q4k_int::kSuperElems), qb = 32 * (o >> 6) + (o & 31);  // its first quant byte
+  uint4 blk[q4k_int::kChunks];
+  blk[0] = *reinterpret_cast<const uint4*>(w + q4k_int::chunk_offset(N, S, n, s, 0));
+  blk[1 + qb / 16] = *reinterpret_cast<const uint4*>(w + q4k_int::chunk_offset(N, S, n, s, 1 + qb / 16));
+  QQ4_K::load8(reinterpret_cast<const uint8_t*>(blk), o, f);
+}
+
+}  // namespace kestrel::cuda

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One device call (repository root, .device/debs carried; see scripts/device-cuda-test.sh): main
+# against docs/experiments/q4k-int-split-one-conversion-2026-12-06.patch on the 9B Q4_K_M, building
+# only the targets it runs (kestrel for A; kestrel and the GPU tests for B): ~400 s on an H100.
+#   usage: bash docs/experiments/q4k-int-split-one-conversion-2026-12-06.sh OUT_DIR
+set -uo pipefail
+out=$1
+export MODELS=/dev/shm
+patch=docs/experiments/q4k-int-split-one-conversion-2026-12-06.patch
+deps=/tmp/deps
+mkdir -p "$deps" "$out"
+for f in .device/debs/*.deb; do dpkg -x "$f" "$deps"; done
+lib=$deps/usr/lib/x86_64-linux-gnu
+export PATH=$deps/usr/bin:$PATH LD_LIBRARY_PATH=$lib PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$deps
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+s=$(date +%s)
+el() { echo "[$(( $(date +%s) - s )) s] $*"; }
+cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
+cmake --build build -j16 --target kestrel >"$out/build-a.log" 2>&1 || { grep -m3 -A12 error "$out/build-a.log"; exit 1; }
+el "build A"
+b() { bash scripts/device-bench-gguf.sh "$out/$1" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | grep -E '^(tg|convert|random|measured|==)'; el "bench $1"; }
+b a
+git apply "$patch" || exit 1
+cmake --build build -j16 --target kestrel kestrel_gpu_tests >"$out/build-b.log" 2>&1 || { grep -m3 -A12 error "$out/build-b.log"; exit 1; }
+el "build B"
+b b
+timeout 90 build/tests/kestrel_gpu_tests --gtest_filter='QuantGpuTest.MatmulQ4KT32:GpuBench.Q4kIntGemv' >"$out/tests.log" 2>&1
+echo "tests exit $? $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.log" | tr '\n' ' ')"
+grep -A4 'Failure$' "$out/tests.log" | cut -c1-200 | head -20
+grep -E '^BENCH' "$out/tests.log" | cut -c1-190
+git apply -R "$patch"
+el done

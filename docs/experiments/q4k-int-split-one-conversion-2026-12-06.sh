@@ -21,6 +21,9 @@ el "build A"
 b() { bash scripts/device-bench-gguf.sh "$out/$1" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | grep -E '^(tg|convert|random|measured|==)'; el "bench $1"; }
 b a
 git apply "$patch" || exit 1
+# the patched files noted in build/ (as scripts/device-ab-patch.sh does), so that a later call on this
+# machine rebuilds them from its fresh copy of the tree (touch_reverted_sources)
+trap 'git apply --numstat "$patch" | cut -f3 >>build/.kestrel-reverted' EXIT
 cmake --build build -j16 --target kestrel kestrel_gpu_tests >"$out/build-b.log" 2>&1 || { grep -m3 -A12 error "$out/build-b.log"; exit 1; }
 el "build B"
 b b

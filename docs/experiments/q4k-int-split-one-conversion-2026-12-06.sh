@@ -16,6 +16,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 s=$(date +%s)
 el() { echo "[$(( $(date +%s) - s )) s] $*"; }
 cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
+source scripts/lib/random-model.sh  # touch_reverted_sources: an earlier call's patch out of build/
+touch_reverted_sources
 cmake --build build -j16 --target kestrel >"$out/build-a.log" 2>&1 || { grep -m3 -A12 error "$out/build-a.log"; exit 1; }
 el "build A"
 b() { bash scripts/device-bench-gguf.sh "$out/$1" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | grep -E '^(tg|convert|random|measured|==)'; el "bench $1"; }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define KESTREL_HD __host__ __device__
@@ -135,6 +136,14 @@ constexpr int kWarps = block_gemv_layout::kWarps;  // a block's warps: slices of
 KESTREL_HD constexpr int64_t chunk_offset(int64_t N, int64_t S, int64_t n, int64_t s, int j) {
   const int64_t g0 = n / kGroup * kGroup, w = N - g0 < kGroup ? N - g0 : kGroup;
   return g0 * S * kSuperBytes + ((s * kChunks + j) * w + (n - g0)) * 16;
+}
+// dst (N S 144 bytes) = the kQ4_K_T32 layout of src, a row-major Q4_K matrix of N rows of S
+// super-blocks (host code: the upload and GpuBench.Q4kIntGemv).
+inline void to_tile_layout(const uint8_t* src, int64_t N, int64_t S, uint8_t* dst) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s)
+      for (int j = 0; j < kChunks; ++j)
+        std::memcpy(dst + chunk_offset(N, S, n, s, j), src + size_t(n * S + s) * kSuperBytes + 16 * size_t(j), 16);
 }
 // Warp p's slice of a row's S super-blocks: [slice_first(S, p), slice_first(S, p + 1)).
 KESTREL_HD constexpr int slice_first(int64_t S, int p) { return int(S * p / kWarps); }

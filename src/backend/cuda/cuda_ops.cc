@@ -323,12 +323,7 @@ Buffer CudaOps::upload_matrix(const Tensor& host) {
   if (host.dtype != DType::kQ4_K || host.nbytes() == 0 || !tiled) return upload(host);
   const int64_t N = host.rows, S = host.cols / q4k_int::kSuperElems;
   std::vector<uint8_t> t32(host.nbytes());
-  const auto* src = static_cast<const uint8_t*>(host.data);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t s = 0; s < S; ++s)
-      for (int j = 0; j < q4k_int::kChunks; ++j)
-        std::memcpy(t32.data() + q4k_int::chunk_offset(N, S, n, s, j),
-                    src + size_t(n) * host.row_bytes() + size_t(s) * q4k_int::kSuperBytes + 16 * size_t(j), 16);
+  q4k_int::to_tile_layout(static_cast<const uint8_t*>(host.data), N, S, t32.data());
   Tensor t = host;
   t.dtype = DType::kQ4_K_T32;
   t.data = t32.data();

@@ -3,8 +3,6 @@
 // measured beside the shipped kernel.
 #include "backend/cuda/q4k_int_bench.h"
 
-#include <cstring>
-
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/q4k_int_gemv.cuh"
@@ -65,8 +63,9 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
   const uint4* tile = kRowMajor ? w + ((int64_t(blockIdx.x) * kGroup + lane) * S + first) * kChunks
                                 : w + (int64_t(blockIdx.x) * S + first) * kChunks * kGroup + lane;
   constexpr int64_t step = kRowMajor ? kChunks : kChunks * kGroup;
+  auto load = [&](uint4 (&c)[kChunks], int t) { load_tile<kRowMajor>(c, tile + int64_t(t) * step); };
   uint4 a[kChunks], b[kChunks];
-  if (n > 0) load_tile<kRowMajor>(a, tile);  // the weights do not depend on the kernel before
+  if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
   pdl_begin();
   const int64_t k0 = int64_t(first) * kSuperElems;  // the slice's first element
   const uint32_t *t0, *t1, *t2;
@@ -74,18 +73,12 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
   if constexpr (kSplit) {
     // per warp, for the longest slice's nmax super-blocks: 3 nmax 64 words of terms, then units and sums
     const int nmax = (S + P - 1) / P;
-    uint32_t* my = reinterpret_cast<uint32_t*>(smem_raw) + warp * nmax * (3 * 64 + 16);
-    uint32_t* m0 = my;
-    uint32_t* m1 = my + n * 64;
-    uint32_t* m2 = my + 2 * n * 64;
-    float* mu = reinterpret_cast<float*>(my + 3 * n * 64);
+    uint32_t* m0 = reinterpret_cast<uint32_t*>(smem_raw) + warp * nmax * (3 * 64 + 16);
+    uint32_t* m1 = m0 + n * 64;
+    uint32_t* m2 = m1 + n * 64;
+    float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
-    for (int it = 0; it < 2 * n; ++it) {  // 128 elements an iteration
-      const float4 v = *reinterpret_cast<const float4*>(x + k0 + 128 * it + 4 * lane);
-      const int wi = 32 * it + lane;
-      split_quad(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
-    }
-    __syncwarp();
+    split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
     t0 = m0;
     t1 = m1;
     t2 = m2;
@@ -98,15 +91,7 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
     unit = xt.unit + k0 / 32;
     sum = xt.sum + k0 / 32;
   }
-  float y = 0.0f;
-  for (int t = 0; t < n; t += 2) {
-    if (t + 1 < n) load_tile<kRowMajor>(b, tile + int64_t(t + 1) * step);
-    y = super_block(a, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, y);
-    if (t + 1 >= n) break;
-    if (t + 2 < n) load_tile<kRowMajor>(a, tile + int64_t(t + 2) * step);
-    y = super_block(b, t0 + 64 * (t + 1), t1 + 64 * (t + 1), t2 + 64 * (t + 1), unit + 8 * (t + 1),
-                    sum + 8 * (t + 1), y);
-  }
+  const float y = slice_dot(load, a, b, n, t0, t1, t2, unit, sum);
   partial[warp][lane] = y;
   __syncthreads();
   if (warp == 0) {
@@ -144,34 +129,18 @@ __global__ void __launch_bounds__(32 * P)
   for (int t = 0; t < n; ++t) {
     const uint8_t* tp = tile + int64_t(t) * kChunks * kGroup * 16;
     uint4 hdr[2][2];  // [m-tile][column g, g + 8]
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) hdr[mt][hh] = __ldcs(reinterpret_cast<const uint4*>(tp) + 16 * mt + g + 8 * hh);
+    rows_headers(tp, g, kGroup, hdr);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            wd[mt][hh][h] = __ldcs(reinterpret_cast<const unsigned int*>(tp + (1 + 2 * q + h) * kGroup * 16 +
-                                                                         (16 * mt + g + 8 * hh) * 16) + c);
+      rows_words(tp, kGroup * 16, q, g, c, kGroup, wd);
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const int b = 2 * q + hi, sg = 8 * t + b;
         uint32_t xw[3][2];  // [term][chunk]: B's words
         float u[2], sm[2];  // rows 2c, 2c + 1: unit and sum
         if constexpr (kSplit) {
-          const float* v = xg + t * kSuperElems + 64 * q + 32 * hi;
-          float unit, sum;
-          split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
-          u[0] = __shfl_sync(kFullMask, unit, 4 * ra);
-          u[1] = __shfl_sync(kFullMask, unit, 4 * rb);
-          sm[0] = __shfl_sync(kFullMask, sum, 4 * ra);
-          sm[1] = __shfl_sync(kFullMask, sum, 4 * rb);
+          split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
         } else {
 #pragma unroll
           for (int tm = 0; tm < 3; ++tm)
@@ -182,30 +151,7 @@ __global__ void __launch_bounds__(32 * P)
           sm[0] = sa[sg];
           sm[1] = sb[sg];
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          uint32_t a[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t v = wd[mt][i & 1][i >> 1];
-            a[i] = hi ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu;
-          }
-          int d[3][4] = {};
-#pragma unroll
-          for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            float sc, mn;
-            scale_min(hdr[mt][hh], b, sc, mn);
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int j = 2 * hh + i;
-              const int Q = d[0][j] * 16384 + d[1][j] * 128 + d[2][j];
-              y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), float(Q), y[mt][j]);
-              y[mt][j] = __fmaf_rn(-mn, sm[i], y[mt][j]);
-            }
-          }
-        }
+        rows_sub_block(wd, hdr, hi, b, xw, u, sm, y);
       }
     }
   }
@@ -226,18 +172,6 @@ __global__ void __launch_bounds__(32 * P)
   }
 }
 
-// Row-major Q4_K [N][S][144] -> tiles [N / 32][S][9 chunks][32 lanes][16 bytes].
-std::vector<uint8_t> tile_layout(const uint8_t* w, int64_t N, int64_t S) {
-  std::vector<uint8_t> t(size_t(N) * size_t(S) * kSuperBytes);
-  for (int64_t col = 0; col < N; ++col)
-    for (int64_t s = 0; s < S; ++s)
-      for (int j = 0; j < kChunks; ++j) {
-        const size_t dst = ((size_t(col / kGroup) * S + s) * kChunks + j) * kGroup * 16 + size_t(col % kGroup) * 16;
-        std::memcpy(t.data() + dst, w + (size_t(col) * S + s) * kSuperBytes + 16 * j, 16);
-      }
-  return t;
-}
-
 // The weights in the tile layout (and copies of them, >= 256 MB in all), x's rows, their split,
 // a stream and a timer.
 class Bench {
@@ -245,7 +179,8 @@ class Bench {
   Bench(const void* w, int64_t N, int64_t K, const float* x, int rows) : N_(N), K_(K), rows_(rows) {
     KCHECK_MSG(N > 0 && N % kGroup == 0 && K > 0 && K % kSuperElems == 0 && rows >= 1 && rows <= 8,
                "q4k_int_bench: N ", N, ", K ", K, ", rows ", rows);
-    const std::vector<uint8_t> tiled = tile_layout(static_cast<const uint8_t*>(w), N, K / kSuperElems);
+    std::vector<uint8_t> tiled(size_t(N) * size_t(K / kSuperElems) * kSuperBytes);
+    q4k_int::to_tile_layout(static_cast<const uint8_t*>(w), N, K / kSuperElems, tiled.data());
     bytes_ = tiled.size();
     do {
       uint4* d = nullptr;

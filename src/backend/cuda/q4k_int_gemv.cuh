@@ -168,6 +168,37 @@ __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const ui
   return y;
 }
 
+// A warp's split of its slice of one row of x (n super-blocks from x) into shared memory: 3 n 64
+// words of terms (m0, m1, m2), then n 8 units (mu) and n 8 sums (ms); 128 values an iteration.
+__device__ __forceinline__ void split_slice(const float* __restrict__ x, int n, int lane, uint32_t* m0, uint32_t* m1,
+                                            uint32_t* m2, float* mu, float* ms) {
+  for (int it = 0; it < 2 * n; ++it) {
+    const float4 v = *reinterpret_cast<const float4*>(x + 128 * it + 4 * lane);
+    const int wi = 32 * it + lane;
+    split_quad(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
+  }
+  __syncwarp();
+}
+
+// The lane's column over a slice of n super-blocks, two in flight: a holds super-block 0 (loaded
+// by the caller, before its wait), load(c, t) fills c with super-block t; the terms 64 words, the
+// units and sums 8 apart a super-block.
+template <typename Load>
+__device__ __forceinline__ float slice_dot(Load&& load, uint4 (&a)[kChunks], uint4 (&b)[kChunks], int n,
+                                           const uint32_t* t0, const uint32_t* t1, const uint32_t* t2,
+                                           const float* unit, const float* sum) {
+  float y = 0.0f;
+  for (int t = 0; t < n; t += 2) {
+    if (t + 1 < n) load(b, t + 1);
+    y = super_block(a, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, y);
+    if (t + 1 >= n) break;
+    if (t + 2 < n) load(a, t + 2);
+    y = super_block(b, t0 + 64 * (t + 1), t1 + 64 * (t + 1), t2 + 64 * (t + 1), unit + 8 * (t + 1), sum + 8 * (t + 1),
+                    y);
+  }
+  return y;
+}
+
 // d += a b, a 16x32 (row-major) and b 32x8 (column-major) s8 fragment, exact s32 sums. Lane l, g =
 // l / 4, c = l % 4: a0 = A[g][4c .. 4c+3], a1 = A[g+8][4c ..], a2 = A[g][16+4c ..], a3 = A[g+8][16+4c
 // ..]; b0 = B[4c .. 4c+3][g], b1 = B[16+4c ..][g]; d0, d1 = D[g][2c, 2c+1], d2, d3 = D[g+8][..].
@@ -175,6 +206,76 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The rows kernels' loads of one super-block tile tp (w columns, chunks cstride = 16 w bytes
+// apart): the headers of the lane's columns g, g + 8 of both m-tiles, and (rows_words) word c of
+// the quant chunks 1 + 2q and 2 + 2q of each; columns past w read as zeros.
+__device__ __forceinline__ void rows_headers(const uint8_t* __restrict__ tp, int g, int w, uint4 (&hdr)[2][2]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int col = 16 * mt + g + 8 * hh;
+      hdr[mt][hh] = col < w ? __ldcs(reinterpret_cast<const uint4*>(tp + col * 16)) : make_uint4(0, 0, 0, 0);
+    }
+}
+__device__ __forceinline__ void rows_words(const uint8_t* __restrict__ tp, int64_t cstride, int q, int g, int c, int w,
+                                           uint32_t (&wd)[2][2][2]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = 16 * mt + g + 8 * hh;
+        wd[mt][hh][h] =
+            col < w ? __ldcs(reinterpret_cast<const unsigned int*>(tp + (1 + 2 * q + h) * cstride + col * 16) + c) : 0u;
+      }
+}
+
+// The rows kernels' split on the fly of one sub-block: v = B column g's 32 values (x row g), 8 a
+// lane; xw its words for the mmas, u and sm the units and sums of the lane's output rows ra, rb.
+__device__ __forceinline__ void split_rows(const float* __restrict__ v, int ra, int rb, uint32_t (&xw)[3][2],
+                                           float (&u)[2], float (&sm)[2]) {
+  float unit, sum;
+  split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
+  u[0] = __shfl_sync(kFullMask, unit, 4 * ra);
+  u[1] = __shfl_sync(kFullMask, unit, 4 * rb);
+  sm[0] = __shfl_sync(kFullMask, sum, 4 * ra);
+  sm[1] = __shfl_sync(kFullMask, sum, 4 * rb);
+}
+
+// Sub-block b of a super-block (hi: the high nibbles of its quant chunks) for the warp's two
+// m-tiles of 16 columns: wd [m-tile][column g, g + 8][chunk]: word c of the sub-block's two
+// chunks, hdr their headers, xw the rows' terms; y [m-tile][D fragment] += its scaled Q and min.
+__device__ __forceinline__ void rows_sub_block(const uint32_t (&wd)[2][2][2], const uint4 (&hdr)[2][2], int hi, int b,
+                                               const uint32_t (&xw)[3][2], const float (&u)[2], const float (&sm)[2],
+                                               float (&y)[2][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    uint32_t a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t v = wd[mt][i & 1][i >> 1];
+      a[i] = hi ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu;
+    }
+    int d[3][4] = {};
+#pragma unroll
+    for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float sc, mn;
+      scale_min(hdr[mt][hh], b, sc, mn);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int j = 2 * hh + i;
+        const int Q = d[0][j] * 16384 + d[1][j] * 128 + d[2][j];
+        y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), float(Q), y[mt][j]);
+        y[mt][j] = __fmaf_rn(-mn, sm[i], y[mt][j]);
+      }
+    }
+  }
 }
 
 }  // namespace q4k_int_detail
@@ -209,27 +310,13 @@ __device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, cons
     uint4 a[kChunks], b[kChunks];
     if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
     pdl_begin();
-    // the slice's split: 3 n 64 words of terms, then n 8 units and n 8 sums
     uint32_t* m0 = reinterpret_cast<uint32_t*>(smem + size_t(warp) * q4k_int::split_bytes(S));
     uint32_t* m1 = m0 + n * 64;
     uint32_t* m2 = m1 + n * 64;
     float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
-    for (int it = 0; it < 2 * n; ++it) {  // 128 values an iteration
-      const float4 v = *reinterpret_cast<const float4*>(x + k0 + 128 * it + 4 * lane);
-      const int wi = 32 * it + lane;
-      split_quad(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
-    }
-    __syncwarp();
-    float y = 0.0f;
-    for (int t = 0; t < n; t += 2) {
-      if (t + 1 < n) load(b, t + 1);
-      y = super_block(a, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, y);
-      if (t + 1 >= n) break;
-      if (t + 2 < n) load(a, t + 2);
-      y = super_block(b, m0 + 64 * (t + 1), m1 + 64 * (t + 1), m2 + 64 * (t + 1), mu + 8 * (t + 1), ms + 8 * (t + 1),
-                      y);
-    }
+    split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
+    const float y = slice_dot(load, a, b, n, m0, m1, m2, mu, ms);
     partial[warp * kGroup + lane] = y;
     __syncthreads();
     if (warp == 0 && live) {
@@ -247,60 +334,17 @@ __device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, cons
     for (int t = 0; t < n; ++t) {
       const uint8_t* tp = gbase + t * sstride;
       uint4 hdr[2][2];  // [m-tile][column g, g + 8]
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int col = 16 * mt + g + 8 * hh;
-          hdr[mt][hh] = col < wg ? __ldcs(reinterpret_cast<const uint4*>(tp + col * 16)) : make_uint4(0, 0, 0, 0);
-        }
+      rows_headers(tp, g, wg, hdr);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int col = 16 * mt + g + 8 * hh;
-              wd[mt][hh][h] = col < wg ? __ldcs(reinterpret_cast<const unsigned int*>(
-                                             tp + (1 + 2 * q + h) * cstride + col * 16) + c)
-                                       : 0u;
-            }
+        rows_words(tp, cstride, q, g, c, wg, wd);
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const int b = 2 * q + hi;
-          const float* v = xg + t * kSuperElems + 64 * q + 32 * hi;
           uint32_t xw[3][2];
-          float unit, sum;
-          split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
-          const float u[2] = {__shfl_sync(kFullMask, unit, 4 * ra), __shfl_sync(kFullMask, unit, 4 * rb)};
-          const float sm[2] = {__shfl_sync(kFullMask, sum, 4 * ra), __shfl_sync(kFullMask, sum, 4 * rb)};
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            uint32_t a[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const uint32_t vv = wd[mt][i & 1][i >> 1];
-              a[i] = hi ? (vv >> 4) & 0x0F0F0F0Fu : vv & 0x0F0F0F0Fu;
-            }
-            int d[3][4] = {};
-#pragma unroll
-            for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              float sc, mn;
-              scale_min(hdr[mt][hh], b, sc, mn);
-#pragma unroll
-              for (int i = 0; i < 2; ++i) {
-                const int j = 2 * hh + i;
-                const int Q = d[0][j] * 16384 + d[1][j] * 128 + d[2][j];
-                y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), float(Q), y[mt][j]);
-                y[mt][j] = __fmaf_rn(-mn, sm[i], y[mt][j]);
-              }
-            }
-          }
+          float u[2], sm[2];
+          split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
+          rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
         }
       }
     }

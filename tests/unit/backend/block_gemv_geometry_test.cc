@@ -141,7 +141,9 @@ TEST(BlockGemvGeometry, Q4kIntLayoutPermutesWithinGroups) {
         }
     for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << N << "x" << S << " chunk " << i;
     // a chunk of the same super-block and index, lanes of one group: 16 bytes apart
-    if (N >= 2) EXPECT_EQ(q4k_int::chunk_offset(N, S, 1, 0, 3) - q4k_int::chunk_offset(N, S, 0, 0, 3), 16);
+    if (N >= 2) {
+      EXPECT_EQ(q4k_int::chunk_offset(N, S, 1, 0, 3) - q4k_int::chunk_offset(N, S, 0, 0, 3), 16);
+    }
     std::vector<int> covered(size_t(S), 0);
     for (int p = 0; p < q4k_int::kWarps; ++p) {
       const int a = q4k_int::slice_first(S, p), b = q4k_int::slice_first(S, p + 1);
@@ -153,6 +155,23 @@ TEST(BlockGemvGeometry, Q4kIntLayoutPermutesWithinGroups) {
   }
   EXPECT_EQ(q4k_int::smem_bytes(1, 12288), size_t(8) * 6 * 208 * 4 + 8 * 32 * 4);
   EXPECT_EQ(q4k_int::smem_bytes(8, 12288), size_t(8) * 32 * 8 * 4);
+}
+
+// to_tile_layout (the upload's and the bench's permutation) moves each 16-byte chunk to chunk_offset.
+TEST(BlockGemvGeometry, Q4kIntTileLayoutMovesEachChunkToItsOffset) {
+  for (int64_t N : {1, 32, 45, 70}) {
+    const int64_t S = 3;
+    std::vector<uint8_t> src(size_t(N * S * q4k_int::kSuperBytes)), dst(src.size(), 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7 + i / 251);
+    q4k_int::to_tile_layout(src.data(), N, S, dst.data());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s)
+        for (int j = 0; j < q4k_int::kChunks; ++j)
+          for (int b = 0; b < 16; ++b)
+            ASSERT_EQ(dst[size_t(q4k_int::chunk_offset(N, S, n, s, j) + b)],
+                      src[size_t((n * S + s) * q4k_int::kSuperBytes + 16 * j + b)])
+                << N << " " << n << " " << s << " " << j;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 # libcpp-httplib0.11 libbrotli1 libbrotli-dev libssl-dev zlib1g-dev) in DEBS_DIR and are unpacked
 # under /tmp/deps, never over /.
 #   usage: scripts/device-cuda-test.sh DEBS_DIR OUT_DIR [gtest filter, or "none" to build only]
-#   (PARITY=0: no fixture parity; SANITIZE=1: compute-sanitizer over the kernel tests, below)
+#   (PARITY=0: no fixture parity; SANITIZE=1: compute-sanitizer over the kernel tests, below;
+#   TARGETS="kestrel ...": build only those targets, for a short call that runs only them)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
 out=${2:?OUT_DIR}
@@ -23,7 +24,7 @@ cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$
   { tail -30 "$out/cmake.log"; exit 1; }
 source "$(dirname "$0")/lib/random-model.sh"  # touch_reverted_sources
 touch_reverted_sources
-cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
+cmake --build build -j16 ${TARGETS:+--target $TARGETS} >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
 echo "build ok"
 [ "$filter" = none ] && exit 0
 build/tests/kestrel_gpu_tests --gtest_filter="$filter" >"$out/gpu_tests.log" 2>&1

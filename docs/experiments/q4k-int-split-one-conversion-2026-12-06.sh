@@ -7,18 +7,10 @@ set -uo pipefail
 out=$1
 export MODELS=/dev/shm
 patch=docs/experiments/q4k-int-split-one-conversion-2026-12-06.patch
-deps=/tmp/deps
-mkdir -p "$deps" "$out"
-for f in .device/debs/*.deb; do dpkg -x "$f" "$deps"; done
-lib=$deps/usr/lib/x86_64-linux-gnu
-export PATH=$deps/usr/bin:$PATH LD_LIBRARY_PATH=$lib PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$deps
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 s=$(date +%s)
 el() { echo "[$(( $(date +%s) - s )) s] $*"; }
-cmake -S . -B build -G Ninja -DKESTREL_CUDA=ON -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
-source scripts/lib/random-model.sh  # touch_reverted_sources: an earlier call's patch out of build/
-touch_reverted_sources
-cmake --build build -j16 --target kestrel >"$out/build-a.log" 2>&1 || { grep -m3 -A12 error "$out/build-a.log"; exit 1; }
+TARGETS=kestrel bash scripts/device-cuda-test.sh .device/debs "$out/a-build" none || exit 1
+source scripts/lib/random-model.sh  # the Debian libraries' path, for the binaries
 el "build A"
 b() { bash scripts/device-bench-gguf.sh "$out/$1" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | grep -E '^(tg|convert|random|measured|==)'; el "bench $1"; }
 b a

@@ -2,10 +2,11 @@
 # One device call that measures the issues' decode targets on whatever GPU is lent (repository
 # root, .device/debs carried; see scripts/device-cuda-test.sh): builds kestrel only (ninja reuses a
 # warm machine's build/), then benches the random-weight Qwen3.5-9B bf16 (batch 1 and 8), its
-# q4_k_m GGUF (batch 1 and 8) and the Qwen3.5-35B-A3B bf16 (batch 1), each `-p 0 -n 64 -r 2`,
-# and prints the tables (the JSON stays under OUT_DIR: the device's file limit may drop some).
+# q4_k_m GGUF (batch 1 and 8) and the Qwen3.5-35B-A3B bf16 (batch 1), each `-p 0 -n 64 -r 2`;
+# q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at
+# bf16; and prints the tables (the JSON stays under OUT_DIR: the device's file limit may drop some).
 # Models go to $MODELS (default /dev/shm), written once a machine.
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b ...]   (default: all three)
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill ...]   (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
 out=${2:?OUT_DIR}
@@ -21,8 +22,13 @@ for w in $which; do
   case $w in
     9b) bash scripts/device-bench.sh "$out/9b" Qwen3.5-9B qwen35-9b -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
     q4km) bash scripts/device-bench-gguf.sh "$out/q4km" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
+    q4km-prefill)
+      for p in bf16x3 bf16; do
+        bash scripts/device-bench-gguf.sh "$out/q4km-pp-$p" Qwen3.5-9B qwen35-9b q4_k_m -p 8192 -n 0 -b 1 -r 2 \
+          --matmul-precision $p 2>&1 | show
+      done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km or 35b)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, 35b or q4km-prefill)"; exit 2 ;;
   esac
   el "$w"
 done

@@ -5,7 +5,8 @@
 # q4_k_m GGUF (batch 1 and 8) and the Qwen3.5-35B-A3B bf16 (batch 1), each `-p 0 -n 64 -r 2`;
 # q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at
 # bf16; and prints the tables (the JSON stays under OUT_DIR: the device's file limit may drop some).
-# Models go to $MODELS (default /dev/shm), written once a machine.
+# Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
+# targets (default kestrel).
 #   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill ...]   (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
@@ -15,7 +16,7 @@ which=${*:-9b q4km 35b}
 export MODELS=${MODELS:-/dev/shm}
 s=$(date +%s)
 el() { echo "[$(( $(date +%s) - s )) s] $*"; }
-TARGETS=kestrel bash scripts/device-cuda-test.sh "$debs" "$out/build" none || exit 1
+TARGETS=${TARGETS:-kestrel} bash scripts/device-cuda-test.sh "$debs" "$out/build" none || exit 1
 el "build"
 show() { grep -E '^(tg|pp|measured|random|convert|==)' || true; }
 for w in $which; do

@@ -7,13 +7,15 @@
 # QuantGpuTest.MatmulQ4KT32 and the first also GpuBench.Q4kIntGemv); then compute-sanitizer memcheck
 # and racecheck over QuantGpuTest.MatmulQ4KT32 on the last build (the patches change only the split's
 # arithmetic, not its loads or shared memory), while time is left. ~400 s for A and C on an H100.
+# BUDGET_S (default 600): the seconds the call may take; the later stages start only within it.
 #   usage: bash docs/experiments/q4k-int-split-one-conversion-2026-12-06.sh OUT_DIR
 set -uo pipefail
 out=$1
 export MODELS=/dev/shm
 s=$(date +%s)
 el() { echo "[$(( $(date +%s) - s )) s] $*"; }
-left() { [ $(( $(date +%s) - s )) -lt "$1" ]; }
+budget=${BUDGET_S:-600}
+left() { [ $(( $(date +%s) - s + $1 )) -lt "$budget" ]; }  # $1: the seconds the next stage needs
 TARGETS=kestrel bash scripts/device-cuda-test.sh .device/debs "$out/a-build" none || exit 1
 source scripts/lib/random-model.sh  # the Debian libraries' path, for the binaries
 el "build A"
@@ -26,7 +28,7 @@ trap '[ -n "$applied" ] && git apply -R "$applied"; for p in docs/experiments/q4
 filter='QuantGpuTest.MatmulQ4KT32:GpuBench.Q4kIntGemv'
 for v in c:fma-only b:one-conversion; do
   name=${v%%:*} patch=docs/experiments/q4k-int-split-${v#*:}-2026-12-06.patch
-  left 420 || { echo "no time left for $name"; break; }
+  left 180 || { echo "no time left for $name"; break; }
   git apply "$patch" || exit 1
   applied=$patch
   cmake --build build -j16 --target kestrel kestrel_gpu_tests >"$out/build-$name.log" 2>&1 ||
@@ -41,7 +43,7 @@ for v in c:fma-only b:one-conversion; do
   git apply -R "$patch" && applied=""
 done
 for tool in memcheck racecheck; do
-  left 520 || { echo "no time left for $tool"; continue; }
+  left 80 || { echo "no time left for $tool"; continue; }
   timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/kestrel_gpu_tests \
     --gtest_filter=QuantGpuTest.MatmulQ4KT32 >"$out/sanitize-$tool.log" 2>&1
   echo "compute-sanitizer $tool exit $? ($(grep -E '(ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize-$tool.log" | tail -1))"

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #ifdef __CUDACC__
@@ -153,6 +154,38 @@ KESTREL_HD constexpr int longest_slice(int64_t S) { return int((S + kWarps - 1) 
 KESTREL_HD constexpr size_t split_bytes(int64_t S) { return size_t(longest_slice(S)) * 208 * 4; }
 KESTREL_HD constexpr size_t smem_bytes(int R, int64_t K) {
   return (R == 1 ? size_t(kWarps) * split_bytes(K / kSuperElems) : 0) + size_t(kWarps) * kGroup * R * 4;
+}
+
+// One value's split under inv = 2^(6 - e) (e the exponent of its 32 values' largest magnitude, so
+// |x inv| < 64): the cascade a = rint(u), b = rint(128 (u - a)), c = rint(128 (128 (u - a) - b)),
+// u = x inv, with every rounding an FMA against kRound (adding 1.5 2^23 to a float of magnitude
+// under 2^22 leaves the nearest integer, ties to even, in the low mantissa bits) and every
+// remainder an exact FMA, so no conversion instruction: those run at an eighth of the FMA's rate
+// on sm_90. a, b, c come back as the bits of kRound + digit, whose low byte is the digit as an s8;
+// t = 16384 a + 128 b + c by one more rounding, t = rint(u 16384)
+// (tests/unit/backend/block_gemv_geometry_test.cc: the same digits and t as the cascade).
+constexpr float kRound = 12582912.0f;  // 1.5 2^23
+constexpr uint32_t kRoundBits = 0x4B400000u;
+KESTREL_HD inline uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+KESTREL_HD inline int32_t split_value(float x, float inv, uint32_t& a, uint32_t& b, uint32_t& c) {
+  const float A = fmaf(x, inv, kRound);
+  const float fa = A - kRound;
+  const float r = fmaf(x, inv, -fa);  // u - a, exact (|.| <= 1/2)
+  const float B = fmaf(r, 128.0f, kRound);
+  const float fb = B - kRound;
+  const float C = fmaf(fmaf(r, 128.0f, -fb), 128.0f, kRound);  // the inner FMA exact as well
+  a = float_bits(A);
+  b = float_bits(B);
+  c = float_bits(C);
+  return int32_t(float_bits(fmaf(x, inv * 16384.0f, kRound)) - kRoundBits);
 }
 
 }  // namespace kestrel::q4k_int

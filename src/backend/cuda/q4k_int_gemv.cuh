@@ -3,7 +3,9 @@
 // helpers GpuBench.Q4kIntGemv's measurement kernels share (q4k_int_bench.cu).
 //  - Activations: each 32 values x become x^ = s (a + b / 128 + c / 16384), s a power of two with
 //    max |x| / s in [32, 64), a, b, c integers in [-64, 64], every step exact in F32, so
-//    |x - x^| <= 2^-20 max |x| of the 32. For one row each warp splits its slice of x into
+//    |x - x^| <= 2^-20 max |x| of the 32. The split runs on FMAs alone (q4k_int::split_value: no
+//    conversion instruction, which sm_90 runs at an eighth of the FMA's rate; at 8 rows every
+//    block splits all of x, so its cost is the 8-row kernel's pace). For one row each warp splits its slice of x into
 //    shared memory after its wait; for R > 1 the four lanes of a B column split its 32 values of
 //    a sub-block in registers as they go.
 //  - A sub-block's Q = sum q (16384 a + 128 b + c) is an exact 32-bit integer (|Q| < 2^29): three
@@ -26,8 +28,9 @@ using q4k_int::kChunks;
 using q4k_int::kGroup;
 using q4k_int::kSuperElems;
 
-__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
-  return (uint32_t(a) & 0xFFu) | (uint32_t(b) & 0xFFu) << 8 | (uint32_t(c) & 0xFFu) << 16 | uint32_t(d) << 24;
+// The low bytes of a, b, c, d as one word (byte 0 from a).
+__device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
 }
 
 // The exponent e of a sub-block's largest magnitude m (m = f 2^e, f in [0.5, 1); m = 0: 0), at
@@ -39,17 +42,10 @@ __device__ __forceinline__ int split_exponent(float m) {
 }
 
 // One value's terms under 1 / s = inv: x^ = s (a + b / 128 + c / 16384), every step exact in F32
-// (|x inv| < 64); returns 16384 a + 128 b + c.
-__device__ __forceinline__ int value_terms(float x, float inv, int& a, int& b, int& c) {
-  const float u = __fmul_rn(x, inv);
-  const float fa = rintf(u);
-  const float r = __fmul_rn(__fsub_rn(u, fa), 128.0f);  // |r| <= 64
-  const float fb = rintf(r);
-  const float fc = rintf(__fmul_rn(__fsub_rn(r, fb), 128.0f));
-  a = int(fa);
-  b = int(fb);
-  c = int(fc);
-  return a * 16384 + b * 128 + c;
+// (|x inv| < 64), by FMAs alone (q4k_int::split_value); a, b, c in their low bytes; returns
+// 16384 a + 128 b + c.
+__device__ __forceinline__ int value_terms(float x, float inv, uint32_t& a, uint32_t& b, uint32_t& c) {
+  return q4k_int::split_value(x, inv, a, b, c);
 }
 
 // Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
@@ -63,7 +59,8 @@ __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t
   const int e = split_exponent(m);
   const float inv = __int_as_float((127 + 6 - e) << 23);  // 1 / s, s = 2^(e - 6)
   const float xs[4] = {v.x, v.y, v.z, v.w};
-  int a[4], b[4], c[4], q = 0;
+  uint32_t a[4], b[4], c[4];
+  int q = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) q += value_terms(xs[i], inv, a[i], b[i], c[i]);
   q += __shfl_xor_sync(kFullMask, q, 1);
@@ -92,7 +89,8 @@ __device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_
   m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
   const int e = split_exponent(m);
   const float inv = __int_as_float((127 + 6 - e) << 23);
-  int a[8], b[8], c[8], q = 0;
+  uint32_t a[8], b[8], c[8];
+  int q = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) q += value_terms(xs[i], inv, a[i], b[i], c[i]);
   q += __shfl_xor_sync(kFullMask, q, 1);
@@ -122,8 +120,9 @@ __device__ __forceinline__ void scale_min(const uint4& h, int b, float& s, float
     sc = (w & 0xF) | (sy >> 6 << 4);
     mm = (w >> 4) | (sz >> 6 << 4);
   }
-  s = __fmul_rn(d, float(sc));
-  mn = __fmul_rn(dmin, float(mm));
+  // sc, mm < 64 as floats by the magic number (quant_blocks.cuh), not by I2F: the same values
+  s = __fmul_rn(d, __fsub_rn(__uint_as_float(0x4B000000u | sc), kMagic));
+  mn = __fmul_rn(dmin, __fsub_rn(__uint_as_float(0x4B000000u | mm), kMagic));
 }
 
 // One super-block of the lane's column: c = its 9 chunks, terms at the super-block's first

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -172,6 +174,45 @@ TEST(BlockGemvGeometry, Q4kIntTileLayoutMovesEachChunkToItsOffset) {
                       src[size_t((n * S + s) * q4k_int::kSuperBytes + 16 * j + b)])
                 << N << " " << n << " " << s << " " << j;
   }
+}
+
+// The integer-dot GEMV splits each value by FMAs alone (q4k_int::split_value). The digits must be
+// the cascade's, a = rint(u), b = rint(128 (u - a)), c = rint(128 (128 (u - a) - b)), u = x 2^(6 - e),
+// with ties to even, and t = 16384 a + 128 b + c, for every x of a block whose largest magnitude
+// is f 2^e (f in [0.5, 1)): the GEMV's sums take Q = sum q t, and the s8 mmas each digit's low byte.
+TEST(BlockGemvGeometry, Q4kIntSplitValueEqualsTheCascadeOfRoundings) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
+  int ties = 0;
+  auto check = [&](float x, int e) {
+    const float inv = std::ldexp(1.0f, 6 - e), u = x * inv;
+    const float fa = std::nearbyint(u), r = (u - fa) * 128.0f, fb = std::nearbyint(r);
+    const float fc = std::nearbyint((r - fb) * 128.0f);
+    const int32_t cascade = int32_t(fa) * 16384 + int32_t(fb) * 128 + int32_t(fc);
+    ties += u * 16384.0f - std::floor(u * 16384.0f) == 0.5f;
+    uint32_t a = 0, b = 0, c = 0;
+    const int32_t t = q4k_int::split_value(x, inv, a, b, c);
+    ASSERT_EQ(t, cascade) << x << " e " << e;
+    ASSERT_EQ(int8_t(a & 0xFF), int32_t(fa)) << x << " e " << e;
+    ASSERT_EQ(int8_t(b & 0xFF), int32_t(fb)) << x << " e " << e;
+    ASSERT_EQ(int8_t(c & 0xFF), int32_t(fc)) << x << " e " << e;
+    ASSERT_LE(std::abs(t), 1 << 20);
+  };
+  for (int e : {-100, -20, -1, 0, 1, 3, 17, 100}) {
+    const float top = std::nextafter(std::ldexp(1.0f, e), 0.0f);  // the largest magnitude below 2^e
+    for (float x : {0.0f, top, -top, std::ldexp(0.5f, e), -std::ldexp(0.5f, e)}) check(x, e);
+    for (int i = 0; i < 20000; ++i) check(std::ldexp(frac(rng), e), e);
+    for (int i = 0; i < 2000; ++i) {  // exact ties of the last digit: odd multiples of half a unit
+      const float k = float(2 * int(rng() % (1u << 19)) + 1) * (rng() & 1 ? 1.0f : -1.0f);
+      check(std::ldexp(k * 0.5f, e - 20), e);
+    }
+    for (int i = 0; i < 2000; ++i) {  // ties of the first and second digits
+      const float k = float(2 * int(rng() % 64) + 1) * (rng() & 1 ? 1.0f : -1.0f);
+      check(std::ldexp(k * 0.5f, e - 6), e);
+      check(std::ldexp(k * 0.5f, e - 13), e);
+    }
+  }
+  EXPECT_GT(ties, 1000);
 }
 
 }  // namespace

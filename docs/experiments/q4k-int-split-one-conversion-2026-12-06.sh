@@ -9,6 +9,7 @@
 # GpuBench.Q4kIntGemv, then compute-sanitizer memcheck and racecheck over the former (the patches
 # change only the split's arithmetic, not its loads or shared memory). ~350 s for A and C.
 # BUDGET_S (default 600): the seconds the call may take; the later stages start only within it.
+# Measured on 7d21d70 (thirty-seventh session); main holds C since b82427b, so C no longer applies.
 #   usage: bash docs/experiments/q4k-int-split-one-conversion-2026-12-06.sh OUT_DIR
 set -uo pipefail
 out=$1

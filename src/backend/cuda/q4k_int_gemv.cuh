@@ -105,21 +105,12 @@ __device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_
   sum = __fmul_rn(unit, float(q));
 }
 
-// Sub-block b's scale d sc and min dmin m from a super-block's 16-byte header (scale_min_k4's
-// packing); b is a compile-time constant where it is called.
+// Sub-block b's scale d sc and min dmin m from a super-block's 16-byte header (k_scale_min_bits);
+// b is a compile-time constant where it is called.
 __device__ __forceinline__ void scale_min(const uint4& h, int b, float& s, float& mn) {
   const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
-  const int j = b & 3;
-  const uint32_t sy = (h.y >> (8 * j)) & 0xFF, sz = (h.z >> (8 * j)) & 0xFF;
   uint32_t sc, mm;
-  if (b < 4) {
-    sc = sy & 63;
-    mm = sz & 63;
-  } else {
-    const uint32_t w = (h.w >> (8 * j)) & 0xFF;
-    sc = (w & 0xF) | (sy >> 6 << 4);
-    mm = (w >> 4) | (sz >> 6 << 4);
-  }
+  k_scale_min_bits(h, b, sc, mm);
   // sc, mm < 64 as floats by the magic number (quant_blocks.cuh), not by I2F: the same values
   s = __fmul_rn(d, __fsub_rn(__uint_as_float(0x4B000000u | sc), kMagic));
   mn = __fmul_rn(dmin, __fsub_rn(__uint_as_float(0x4B000000u | mm), kMagic));

@@ -41,6 +41,21 @@ __device__ __forceinline__ void k_scale_min(const uint8_t* s, int j, float& sc, 
   }
 }
 
+// The same from the header words of a K-quant super-block read as one uint4 h (h.x: d and dmin;
+// h.y, h.z, h.w: the 12 packed bytes): the 6-bit scale sc and min mm of sub-block b (0..7).
+__device__ __forceinline__ void k_scale_min_bits(const uint4& h, int b, uint32_t& sc, uint32_t& mm) {
+  const int j = b & 3;
+  const uint32_t sy = (h.y >> (8 * j)) & 0xFF, sz = (h.z >> (8 * j)) & 0xFF;
+  if (b < 4) {
+    sc = sy & 63;
+    mm = sz & 63;
+  } else {
+    const uint32_t w = (h.w >> (8 * j)) & 0xFF;
+    sc = (w & 0xF) | (sy >> 6 << 4);
+    mm = (w >> 4) | (sz >> 6 << 4);
+  }
+}
+
 struct QQ8_0 {
   static constexpr int kBlockElems = quant::kQK8_0, kBlockBytes = sizeof(quant::BlockQ8_0);
   static constexpr DType kDType = DType::kQ8_0;

@@ -85,13 +85,14 @@ __device__ __forceinline__ void mma_terms(float* __restrict__ xs, float* __restr
 __device__ __forceinline__ void scales_mins(const uint4& h, float (&s)[8], float (&m)[8]) {
   const float d = f16_bits_to_f32(uint16_t(h.x & 0xFFFF)), dmin = f16_bits_to_f32(uint16_t(h.x >> 16));
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    s[j] = __fmul_rn(d, float((h.y >> (8 * j)) & 63));
-    m[j] = __fmul_rn(dmin, float((h.z >> (8 * j)) & 63));
-    const uint32_t lo = (h.w >> (8 * j)) & 0xFF;
-    s[4 + j] = __fmul_rn(d, float((lo & 0xF) | (((h.y >> (8 * j)) & 0xFF) >> 6 << 4)));
-    m[4 + j] = __fmul_rn(dmin, float((lo >> 4) | (((h.z >> (8 * j)) & 0xFF) >> 6 << 4)));
-  }
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int b = j; b < 8; b += 4) {  // sub-blocks j and 4 + j, in the order the loop took them
+      uint32_t sc, mm;
+      k_scale_min_bits(h, b, sc, mm);
+      s[b] = __fmul_rn(d, float(sc));
+      m[b] = __fmul_rn(dmin, float(mm));
+    }
 }
 
 // One slot on the tensor cores. Lane (g, t) = (lane / 4, lane % 4) owns A rows g and g + 8 of

@@ -17,16 +17,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
 #include "ops/step_plan.h"
 #include "ops/tensor.h"
 
-#ifndef KESTREL_HD
-#if defined(__CUDACC__)
-#define KESTREL_HD __host__ __device__
-#else
-#define KESTREL_HD
-#endif
-#endif
 
 namespace kestrel::ngram {
 

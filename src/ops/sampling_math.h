@@ -7,34 +7,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
-#if defined(__CUDACC__)
-#define KESTREL_HD __host__ __device__
-#else
-#define KESTREL_HD
-#endif
+#include "core/host_device.h"
 
 namespace kestrel::sampling {
 
-KESTREL_HD inline uint32_t f2u(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-#endif
-}
-KESTREL_HD inline float u2f(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-#endif
-}
+// The bit patterns of F32 values (core/host_device.h).
+KESTREL_HD inline uint32_t f2u(float x) { return float_bits(x); }
+KESTREL_HD inline float u2f(uint32_t u) { return bits_float(u); }
 KESTREL_HD inline float mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);

@@ -8,11 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define KESTREL_HD __host__ __device__
-#else
-#define KESTREL_HD
-#endif
+#include "core/host_device.h"
 
 namespace kestrel::block_gemv_layout {
 
@@ -166,15 +162,6 @@ KESTREL_HD constexpr size_t smem_bytes(int R, int64_t K) {
 // (tests/unit/backend/block_gemv_geometry_test.cc: the same digits and t as the cascade).
 constexpr float kRound = 12582912.0f;  // 1.5 2^23
 constexpr uint32_t kRoundBits = 0x4B400000u;
-KESTREL_HD inline uint32_t float_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
 KESTREL_HD inline int32_t split_value(float x, float inv, uint32_t& a, uint32_t& b, uint32_t& c) {
   const float A = fmaf(x, inv, kRound);
   const float fa = A - kRound;

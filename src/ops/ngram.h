@@ -21,7 +21,6 @@
 #include "ops/step_plan.h"
 #include "ops/tensor.h"
 
-
 namespace kestrel::ngram {
 
 // Longest n-gram the ops take (ngram_size is at most 16 in the config).

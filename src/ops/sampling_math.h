@@ -12,9 +12,6 @@
 
 namespace kestrel::sampling {
 
-// The bit patterns of F32 values (core/host_device.h).
-KESTREL_HD inline uint32_t f2u(float x) { return float_bits(x); }
-KESTREL_HD inline float u2f(uint32_t u) { return bits_float(u); }
 KESTREL_HD inline float mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -54,8 +51,8 @@ KESTREL_HD inline double addd(double a, double b) {
 // The sampling key of logit l at temperature t: l / t, NaN taken as -inf. Selected on the bits so
 // that a host loop over a row vectorizes.
 KESTREL_HD inline float scaled(float l, float t) {
-  const uint32_t b = f2u(div(l, t));
-  return u2f((b & 0x7fffffffu) > 0x7f800000u ? 0xff800000u : b);
+  const uint32_t b = float_bits(div(l, t));
+  return bits_float((b & 0x7fffffffu) > 0x7f800000u ? 0xff800000u : b);
 }
 
 // Floats as integers in the same order (no NaN; -0 just below +0); its own inverse.
@@ -69,9 +66,9 @@ KESTREL_HD inline int32_t ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7f
 KESTREL_HD inline float exp_nonpositive(float x) {
   // |x| <= 87 keeps x; NaN, infinities and beyond take -87 (in range for the int conversion) and
   // give 0. Selected on the bits: float compares would keep the loop from vectorizing.
-  const uint32_t b = f2u(x);
+  const uint32_t b = float_bits(x);
   const uint32_t keep = (b & 0x7fffffffu) <= 0x42ae0000u ? 0xffffffffu : 0u;  // 0x42ae0000 = 87.0f
-  const float xc = u2f((b & keep) | (0xc2ae0000u & ~keep));
+  const float xc = bits_float((b & keep) | (0xc2ae0000u & ~keep));
   const float t = add(mul(xc, 1.44269504f), 12582912.0f);  // round(x log2 e) in the low mantissa bits
   const float n = sub(t, 12582912.0f);
   const float r = sub(sub(xc, mul(n, 0.693145752f)), mul(n, 1.42860677e-6f));
@@ -83,8 +80,8 @@ KESTREL_HD inline float exp_nonpositive(float x) {
   p = add(mul(p, r), 0.5f);
   p = add(mul(p, r), 1.0f);
   p = add(mul(p, r), 1.0f);
-  const float v = mul(p, u2f(uint32_t(int32_t(n) + 127) << 23));
-  return u2f(f2u(v) & keep);
+  const float v = mul(p, bits_float(uint32_t(int32_t(n) + 127) << 23));
+  return bits_float(float_bits(v) & keep);
 }
 
 // The mass of n weights, weight(i) for i < n: kMassLanes interleaved lanes (lane j sums the

@@ -5,9 +5,9 @@
 //    max |x| / s in [32, 64), a, b, c integers in [-64, 64], every step exact in F32, so
 //    |x - x^| <= 2^-20 max |x| of the 32. The split runs on FMAs alone (q4k_int::split_value: no
 //    conversion instruction, which sm_90 runs at an eighth of the FMA's rate; at 8 rows every
-//    block splits all of x, so its cost is the 8-row kernel's pace). For one row each warp splits its slice of x into
-//    shared memory after its wait; for R > 1 the four lanes of a B column split its 32 values of
-//    a sub-block in registers as they go.
+//    block splits all of x, so its cost is the 8-row kernel's pace). For one row each warp splits
+//    its slice of x into shared memory after its wait; for R > 1 the four lanes of a B column
+//    split its 32 values of a sub-block in registers as they go.
 //  - A sub-block's Q = sum q (16384 a + 128 b + c) is an exact 32-bit integer (|Q| < 2^29): three
 //    dp4a chains for one row (a lane a column), three s8 mmas m16n8k32 for R > 1 (A = 16 columns'
 //    quants, B = the rows' terms). Per sub-block, in order: y += (d sc s / 16384) float(Q), then
@@ -41,13 +41,6 @@ __device__ __forceinline__ int split_exponent(float m) {
   return max(e, -100);
 }
 
-// One value's terms under 1 / s = inv: x^ = s (a + b / 128 + c / 16384), every step exact in F32
-// (|x inv| < 64), by FMAs alone (q4k_int::split_value); a, b, c in their low bytes; returns
-// 16384 a + 128 b + c.
-__device__ __forceinline__ int value_terms(float x, float inv, uint32_t& a, uint32_t& b, uint32_t& c) {
-  return q4k_int::split_value(x, inv, a, b, c);
-}
-
 // Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
 // Writes the lane's three term words; lane 8j writes the sub-block's unit and sum.
 __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t0, uint32_t* t1, uint32_t* t2,
@@ -62,7 +55,7 @@ __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t
   uint32_t a[4], b[4], c[4];
   int q = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) q += value_terms(xs[i], inv, a[i], b[i], c[i]);
+  for (int i = 0; i < 4; ++i) q += q4k_int::split_value(xs[i], inv, a[i], b[i], c[i]);
   q += __shfl_xor_sync(kFullMask, q, 1);
   q += __shfl_xor_sync(kFullMask, q, 2);
   q += __shfl_xor_sync(kFullMask, q, 4);
@@ -92,7 +85,7 @@ __device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_
   uint32_t a[8], b[8], c[8];
   int q = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) q += value_terms(xs[i], inv, a[i], b[i], c[i]);
+  for (int i = 0; i < 8; ++i) q += q4k_int::split_value(xs[i], inv, a[i], b[i], c[i]);
   q += __shfl_xor_sync(kFullMask, q, 1);
   q += __shfl_xor_sync(kFullMask, q, 2);
 #pragma unroll

@@ -25,7 +25,7 @@ static_assert(kThreads == 256, "one radix digit a thread, one mass lane a thread
 
 // The order's key of s: larger for earlier tokens (-0 and +0 equal).
 __device__ __forceinline__ uint32_t order_key(float s) {
-  return uint32_t(sampling::ordered_bits(int32_t(sampling::f2u(s == 0.0f ? 0.0f : s)))) ^ 0x80000000u;
+  return uint32_t(sampling::ordered_bits(int32_t(float_bits(s == 0.0f ? 0.0f : s)))) ^ 0x80000000u;
 }
 // (key, id) as one 64-bit value, larger for earlier tokens: the lower id first on equal keys.
 __device__ __forceinline__ uint64_t full_key(uint32_t key, int64_t i) {

@@ -4,9 +4,9 @@
 # warm machine's build/), then benches the random-weight Qwen3.5-9B bf16 (batch 1 and 8), its
 # q4_k_m GGUF (batch 1 and 8) and the Qwen3.5-35B-A3B bf16 (batch 1), each `-p 0 -n 64 -r 2`;
 # q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at
-# bf16; and prints the tables. A device call brings back at most 8 files, so the logs stay in
-# /tmp/kestrel-targets and OUT_DIR gets only each bench's JSON (TARGET-bench-NAME.json) and
-# summary.txt, the printed tables.
+# bf16; and prints the tables. Its logs and JSON go under OUT_DIR; a device call brings back at
+# most 8 files, so run it through scripts/device-call.sh, which keeps the output and the JSON:
+#   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
 #   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill ...]   (default: 9b q4km 35b)
@@ -16,26 +16,22 @@ out=${2:?OUT_DIR}
 shift 2
 which=${*:-9b q4km 35b}
 export MODELS=${MODELS:-/dev/shm}
-work=/tmp/kestrel-targets
-mkdir -p "$out" "$work"
-exec > >(tee "$out/summary.txt") 2>&1
 s=$(date +%s)
 el() { echo "[$(( $(date +%s) - s )) s] $*"; }
-TARGETS=${TARGETS:-kestrel} bash scripts/device-cuda-test.sh "$debs" "$work/build" none || exit 1
+TARGETS=${TARGETS:-kestrel} bash scripts/device-cuda-test.sh "$debs" "$out/build" none || exit 1
 el "build"
 show() { grep -E '^(tg|pp|measured|random|convert|==)' || true; }
 for w in $which; do
   case $w in
-    9b) bash scripts/device-bench.sh "$work/9b" Qwen3.5-9B qwen35-9b -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
-    q4km) bash scripts/device-bench-gguf.sh "$work/q4km" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
+    9b) bash scripts/device-bench.sh "$out/9b" Qwen3.5-9B qwen35-9b -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
+    q4km) bash scripts/device-bench-gguf.sh "$out/q4km" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
     q4km-prefill)
       for p in bf16x3 bf16; do
-        bash scripts/device-bench-gguf.sh "$work/q4km-pp-$p" Qwen3.5-9B qwen35-9b q4_k_m -p 8192 -n 0 -b 1 -r 2 \
+        bash scripts/device-bench-gguf.sh "$out/q4km-pp-$p" Qwen3.5-9B qwen35-9b q4_k_m -p 8192 -n 0 -b 1 -r 2 \
           --matmul-precision $p 2>&1 | show
       done ;;
-    35b) bash scripts/device-bench.sh "$work/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
+    35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
     *) echo "unknown target $w (expected 9b, q4km, 35b or q4km-prefill)"; exit 2 ;;
   esac
   el "$w"
 done
-for f in "$work"/*/bench-*.json; do [ -f "$f" ] && cp "$f" "$out/$(basename "$(dirname "$f")")-$(basename "$f")"; done

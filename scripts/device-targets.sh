@@ -5,7 +5,7 @@
 # q4_k_m GGUF (batch 1 and 8) and the Qwen3.5-35B-A3B bf16 (batch 1), each `-p 0 -n 64 -r 2`;
 # q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at
 # bf16; pp-profile: the phase profiles of a 512-token prefill step of the GGUF and of the bf16
-# checkpoint, both at bf16; and prints the tables. Its logs and JSON go under OUT_DIR; a device call brings back at
+# checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and prints the tables. Its logs and JSON go under OUT_DIR; a device call brings back at
 # most 8 files, so run it through scripts/device-call.sh, which keeps the output and the JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
@@ -34,6 +34,8 @@ for w in $which; do
     pp-profile)  # where a 512-token prefill step's time goes: the q4_k_m GGUF and the bf16 checkpoint, at bf16
       bash scripts/device-bench-gguf.sh "$out/pp-prof-q4km" Qwen3.5-9B qwen35-9b q4_k_m -p 512 -n 0 -b 1 -r 2 --profile \
         --matmul-precision bf16 2>&1 | grep -vE '^(ggml|weights|model|loaded)'
+      KESTREL_CUDA_Q4K_INT=0 bash scripts/device-bench-gguf.sh "$out/pp-prof-q4km-rowmajor" Qwen3.5-9B qwen35-9b q4_k_m \
+        -p 512 -n 0 -b 1 -r 2 --profile --matmul-precision bf16 2>&1 | grep -vE '^(ggml|weights|model|loaded)'
       bash scripts/device-bench.sh "$out/pp-prof-bf16" Qwen3.5-9B qwen35-9b -p 512 -n 0 -b 1 -r 2 --profile \
         --matmul-precision bf16 2>&1 | grep -vE '^(weights|model|loaded)' ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;

@@ -3,10 +3,11 @@
 # root, .device/debs carried; see scripts/device-cuda-test.sh): builds kestrel only (ninja reuses a
 # warm machine's build/), then benches the random-weight Qwen3.5-9B bf16 (batch 1 and 8), its
 # q4_k_m GGUF (batch 1 and 8) and the Qwen3.5-35B-A3B bf16 (batch 1), each `-p 0 -n 64 -r 2`;
-# q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at
-# bf16; pp-profile: the phase profiles of a 512-token prefill step of the GGUF and of the bf16
-# checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and prints the tables. Its logs and JSON go under OUT_DIR; a device call brings back at
-# most 8 files, so run it through scripts/device-call.sh, which keeps the output and the JSON:
+# q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at bf16;
+# pp-profile: the phase profiles of a 512-token prefill step of the GGUF and of the bf16
+# checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and
+# prints the tables. Its logs and JSON go under OUT_DIR; a device call brings back at most 8 files,
+# so run it through scripts/device-call.sh, which keeps the output and the JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).

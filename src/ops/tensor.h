@@ -34,12 +34,14 @@ struct Tensor {
     return static_cast<float*>(data);
   }
   // Rows [begin, begin + n) of this view.
-  // A kQ4_K_T32 matrix's rows are laid out in groups of 32 (the last one partial): a slice must
-  // keep whole groups, starting at a multiple of 32 rows and ending at one or at the last row.
+  // A kQ4_K_T32 or kQ8_0_T32 matrix's rows are laid out in groups of 32 (the last one partial): a
+  // slice must keep whole groups, starting at a multiple of 32 rows and ending at one or at the
+  // last row.
   Tensor rows_slice(int64_t begin, int64_t n) const {
     KCHECK(begin >= 0 && n >= 0 && begin + n <= rows);
-    KCHECK_MSG(dtype != DType::kQ4_K_T32 || (begin % 32 == 0 && (n % 32 == 0 || begin + n == rows)),
-               "rows_slice: rows [", begin, ", ", begin + n, ") of a Q4_K_T32 matrix of ", rows,
+    KCHECK_MSG((dtype != DType::kQ4_K_T32 && dtype != DType::kQ8_0_T32) ||
+                   (begin % 32 == 0 && (n % 32 == 0 || begin + n == rows)),
+               "rows_slice: rows [", begin, ", ", begin + n, ") of a ", dtype_name(dtype), " matrix of ", rows,
                " rows split one of its 32-row groups");
     Tensor t = *this;
     t.data = static_cast<uint8_t*>(data) + size_t(begin) * row_bytes();

@@ -116,6 +116,8 @@ class QuantGpuTest : public GpuTest {
   }
   static bool unit_gemv(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
   CudaOps& cuda() { return static_cast<CudaOps&>(gpu()); }
+  void check_int_t32(DType dt);         // MatmulQ4KT32, MatmulQ8T32
+  void check_multi_with_t32(DType dt);  // likewise
 
   // GPU matmul of x by the block matrix w vs the double reference, within the bound above;
   // returns the largest |err| / S (S' for the unit GEMV).
@@ -337,27 +339,30 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
   }
 }
 
-// kQ4_K_T32, Ops::upload_matrix's layout of a Q4_K matrix (the integer-dot GEMV,
-// q4k_int_gemv.cuh), against the double reference of the row-major matrix. Each 32 values of x
-// become x^ with |x - x^| <= 2^-20 max|x| of the 32, the sub-block dots are exact integers, and
-// the F32 epilogue (scale, min, the slices' sums) adds a few roundings of S', so per element
-// |err| <= 2^-20 sum_b max|x_b| sum_b |s q| + 2^-18 S' (the test: 2^-16 of their sum, the
-// measured worst ~2e-7). Up to 64 rows take the GEMV (8-row passes on s8 mmas): every row has
-// the bits it has alone. Past 64 the prefill path dequantizes the same values as the row-major
-// matrix's, so its bits are the row-major matrix's. Shapes: whole groups and a partial one (100,
-// 33 rows), slices of uneven length (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256:
-// warps with none).
-TEST_F(QuantGpuTest, MatmulQ4KT32) {
+// The T32 layouts Ops::upload_matrix gives a Q4_K matrix (kQ4_K_T32) and a Q8_0 one of whole
+// 256-element super-blocks (kQ8_0_T32), read by the integer-dot GEMV (q4k_int_gemv.cuh), against
+// the double reference of the row-major matrix. Each 32 values of x become x^ with |x - x^| <=
+// 2^-20 max|x| of the 32, the block dots are exact integers, and the F32 epilogue (scale, min,
+// Q8_0's rounding of Q, the slices' sums) adds a few roundings of S', so per element |err| <=
+// 2^-20 sum_b max|x_b| sum_b |s q| + 2^-18 S' (the test: 2^-16 of their sum, the measured worst
+// ~2e-7 for Q4_K). Up to 64 rows take the GEMV (8-row passes on s8 mmas): every row has the bits
+// it has alone. Past 64 the prefill path dequantizes the same values as the row-major matrix's,
+// so its bits are the row-major matrix's. Shapes: whole groups and a partial one (100, 33 rows),
+// slices of uneven length (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256: warps with
+// none).
+void QuantGpuTest::check_int_t32(DType dt) {
+  const DType t32 = dt == DType::kQ4_K ? DType::kQ4_K_T32 : DType::kQ8_0_T32;
   for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}}) {
-    Buffer w = quantized(DType::kQ4_K, N, K);
+    Buffer w = quantized(dt, N, K);
     Buffer dw = gpu().upload_matrix(w), rm = up(w);
-    ASSERT_EQ(dw.view().dtype, DType::kQ4_K_T32);
+    ASSERT_EQ(dw.view().dtype, t32);
     Buffer wf = dequantized(w), mq = mins(w);  // w and -m of each element
     for (int T : {1, 3, 8, 20, 70}) {
       Buffer x = random(T, K), dx = up(x), out = gpu().alloc(DType::kF32, T, N);
       gpu().matmul(out, dx, dw);
       const std::vector<float> o = down(out);
-      const std::string what = std::to_string(N) + "x" + std::to_string(K) + " T=" + std::to_string(T);
+      const std::string what =
+          std::string(dtype_name(t32)) + " " + std::to_string(N) + "x" + std::to_string(K) + " T=" + std::to_string(T);
       if (T > 64) {
         Buffer ref = gpu().alloc(DType::kF32, T, N);
         gpu().matmul(ref, dx, rm);
@@ -393,29 +398,65 @@ TEST_F(QuantGpuTest, MatmulQ4KT32) {
       gpu().matmul(part, dx, dw.view().rows_slice(32, 32));
       const std::vector<float> a = down(all), b = down(part);
       for (int t = 0; t < 2; ++t)
-        EXPECT_EQ(0, std::memcmp(b.data() + t * 32, a.data() + t * N + 32, 32 * 4)) << N << "x" << K << " slice";
+        EXPECT_EQ(0, std::memcmp(b.data() + t * 32, a.data() + t * N + 32, 32 * 4))
+            << dtype_name(t32) << " " << N << "x" << K << " slice";
     }
   }
-  // matmul_multi: a kQ4_K_T32 matrix beside Q6_K and row-major Q4_K in one launch, each as alone
+}
+
+// matmul_multi with T32 matrices beside other formats in one launch: each as alone.
+void QuantGpuTest::check_multi_with_t32(DType dt) {
   const int64_t K = 1024;
-  Buffer a = quantized(DType::kQ4_K, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(DType::kQ4_K, 40, K);
-  Buffer da = gpu().upload_matrix(a), db = up(b), dc = up(c);
+  Buffer a = quantized(dt, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(dt, 40, K);
+  Buffer d = quantized(dt == DType::kQ4_K ? DType::kQ8_0 : DType::kQ4_K, 64, K);
+  Buffer da = gpu().upload_matrix(a), db = up(b), dc = up(c), dd = gpu().upload_matrix(d);
   for (int T : {1, 5}) {
     Buffer dx = up(random(T, K));
     std::vector<Buffer> outs;
     std::vector<MatmulTarget> targets;
-    for (const Buffer* m : {&da, &db, &dc}) {
+    for (const Buffer* m : {&da, &db, &dc, &dd}) {
       outs.push_back(gpu().alloc(DType::kF32, T, m->view().rows));
       targets.push_back({.out = outs.back(), .w = *m});
     }
     gpu().matmul_multi(dx, targets);
     int i = 0;
-    for (const Buffer* m : {&da, &db, &dc}) {
+    for (const Buffer* m : {&da, &db, &dc, &dd}) {
       Buffer sep = gpu().alloc(DType::kF32, T, m->view().rows);
       gpu().matmul(sep, dx, *m);
       EXPECT_EQ(down(outs[size_t(i++)]), down(sep)) << dtype_name(m->view().dtype) << " T=" << T;
     }
   }
+}
+
+// (a Q4_K_T32 matrix beside Q6_K, row-major Q4_K and Q8_0_T32)
+TEST_F(QuantGpuTest, MatmulQ4KT32) {
+  check_int_t32(DType::kQ4_K);
+  check_multi_with_t32(DType::kQ4_K);
+}
+
+// (a Q8_0_T32 matrix beside Q6_K, row-major Q8_0 and Q4_K_T32)
+TEST_F(QuantGpuTest, MatmulQ8T32) {
+  check_int_t32(DType::kQ8_0);
+  check_multi_with_t32(DType::kQ8_0);
+}
+
+// The prefill path over a T32 matrix of more than one dequantized tile (64 MiB of BF16: 4200 x
+// 8192 takes two, the second ending in a group of 8 rows) gives the row-major matrix's bits.
+TEST_F(QuantGpuTest, MatmulT32PrefillTiles) {
+  const int64_t N = 4200, K = 8192, T = 70;
+  for (DType dt : {DType::kQ4_K, DType::kQ8_0}) {
+    Buffer w = quantized(dt, N, K);
+    Buffer dw = gpu().upload_matrix(w), rm = up(w);
+    ASSERT_EQ(dw.view().dtype, dt == DType::kQ4_K ? DType::kQ4_K_T32 : DType::kQ8_0_T32);
+    Buffer dx = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N), ref = gpu().alloc(DType::kF32, T, N);
+    for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x3}) {
+      cuda().set_matmul_precision(p);
+      gpu().matmul(out, dx, dw);
+      gpu().matmul(ref, dx, rm);
+      EXPECT_EQ(down(out), down(ref)) << dtype_name(dt) << " " << matmul_precision_name(p);
+    }
+  }
+  cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
 }
 
 // Block-format experts against the CPU experts over the same (dequantized) F32 weights: the
@@ -616,14 +657,25 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
         }
       }
       if (N == 12288 && (dt == DType::kQ4_K || dt == DType::kQ8_0)) {
-        const int T = 2048;
-        Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
-        for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x3}) {
-          cuda().set_matmul_precision(p);
-          const double s = time([&] { gpu().matmul(out, x, dw0); }, 10);
-          std::printf("BENCH qprefill_%s_T%d_%ldx%ld_%s %.1f TFLOP/s (%.2f ms)\n", std::string(dtype_name(dt)).c_str(),
-                      T, long(N), long(K), matmul_precision_name(p), 2.0 * T * N * K / s / 1e12, s * 1e3);
+        // the prefill path: a 512-row step (the engine's chunk) and 2048 rows; Q4_K also in the
+        // layout Ops::upload_matrix gives the Qwen line's projections (kQ4_K_T32)
+        std::vector<const Buffer*> layouts = {&dw0};
+        Buffer t32;
+        if (dt == DType::kQ4_K) {
+          t32 = gpu().upload_matrix(w);
+          layouts.push_back(&t32);
         }
+        for (const Buffer* m : layouts)
+          for (int T : {512, 2048}) {
+            Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+            for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x3}) {
+              cuda().set_matmul_precision(p);
+              const double s = time([&] { gpu().matmul(out, x, *m); }, 10);
+              std::printf("BENCH qprefill_%s_T%d_%ldx%ld_%s %.1f TFLOP/s (%.2f ms)\n",
+                          std::string(dtype_name(m->view().dtype)).c_str(), T, long(N), long(K),
+                          matmul_precision_name(p), 2.0 * T * N * K / s / 1e12, s * 1e3);
+            }
+          }
         cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
       }
     }

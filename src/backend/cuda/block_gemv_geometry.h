@@ -117,22 +117,27 @@ KESTREL_HD constexpr int roundings(int64_t K) {
 
 }  // namespace kestrel::q6k_gemv
 
-// The integer-dot Q4_K GEMV (q4k_int_gemv.cuh) and its device layout, DType::kQ4_K_T32: a [N, K]
-// Q4_K matrix's rows in groups of 32 (the last one w = N % 32 rows if that is not 0), each group
-// its rows' super-blocks in K order, and a super-block tile (w rows x 144 bytes) stored as 9
-// chunks of 16 bytes, chunk-major (the header chunk first). A warp's 16-byte loads, a lane a row,
-// then read w 16 contiguous bytes. The bytes of rows 32g .. 32g + w - 1 are a permutation of what
-// they are row-major, so a slice that keeps whole groups keeps its row-major byte range.
+// The integer-dot Q4_K and Q8_0 GEMVs (q4k_int_gemv.cuh) and their device layouts,
+// DType::kQ4_K_T32 and kQ8_0_T32: a [N, K] matrix's rows in groups of 32 (the last one w = N % 32
+// rows if that is not 0), each group its rows' super-blocks (256 elements: one Q4_K block, eight
+// Q8_0 blocks) in K order, and a super-block tile (w rows x 144 or 272 bytes) stored as chunks of
+// 16 bytes, chunk-major: Q4_K's 9 chunks are its bytes in order (the header chunk first); Q8_0's
+// 17 are the eight blocks' scales d (chunk 0: 16-bit word b the d of block b), then their quants
+// (chunks 1 + 2b and 2 + 2b: block b's 32). A warp's 16-byte loads, a lane a row, then read w 16
+// contiguous bytes. The bytes of rows 32g .. 32g + w - 1 are a permutation of what they are
+// row-major, so a slice that keeps whole groups keeps its row-major byte range.
 namespace kestrel::q4k_int {
 
 constexpr int kSuperElems = 256, kSuperBytes = 144, kChunks = 9, kGroup = 32;
+constexpr int kQ8Chunks = 17;  // a Q8_0 super-block's chunks (272 bytes)
 constexpr int kWarps = block_gemv_layout::kWarps;  // a block's warps: slices of one group's super-blocks
 
-// Byte offset of chunk j (0: d, dmin and the scales; 1 .. 8: quant bytes 16 (j - 1) .. + 15) of
-// super-block s of row n, in a matrix of N rows of S super-blocks.
-KESTREL_HD constexpr int64_t chunk_offset(int64_t N, int64_t S, int64_t n, int64_t s, int j) {
+// Byte offset of chunk j (Q4_K, chunks = kChunks: 0 d, dmin and the scales, 1 .. 8 quant bytes
+// 16 (j - 1) .. + 15; Q8_0, chunks = kQ8Chunks: as above) of super-block s of row n, in a matrix
+// of N rows of S super-blocks.
+KESTREL_HD constexpr int64_t chunk_offset(int64_t N, int64_t S, int64_t n, int64_t s, int j, int chunks = kChunks) {
   const int64_t g0 = n / kGroup * kGroup, w = N - g0 < kGroup ? N - g0 : kGroup;
-  return g0 * S * kSuperBytes + ((s * kChunks + j) * w + (n - g0)) * 16;
+  return g0 * S * 16 * chunks + ((s * chunks + j) * w + (n - g0)) * 16;
 }
 // dst (N S 144 bytes) = the kQ4_K_T32 layout of src, a row-major Q4_K matrix of N rows of S
 // super-blocks (host code: the upload and GpuBench.Q4kIntGemv).
@@ -141,6 +146,21 @@ inline void to_tile_layout(const uint8_t* src, int64_t N, int64_t S, uint8_t* ds
     for (int64_t s = 0; s < S; ++s)
       for (int j = 0; j < kChunks; ++j)
         std::memcpy(dst + chunk_offset(N, S, n, s, j), src + size_t(n * S + s) * kSuperBytes + 16 * size_t(j), 16);
+}
+// dst (N S 272 bytes) = the kQ8_0_T32 layout of src, a row-major Q8_0 matrix of N rows of 8 S
+// blocks (d as 2 bytes, then 32 quants).
+inline void to_q8_tile_layout(const uint8_t* src, int64_t N, int64_t S, uint8_t* dst) {
+  constexpr int kBlockBytes = 34;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s) {
+      const uint8_t* sb = src + size_t(n * S + s) * 8 * kBlockBytes;
+      uint8_t* d = dst + chunk_offset(N, S, n, s, 0, kQ8Chunks);
+      for (int b = 0; b < 8; ++b) {
+        std::memcpy(d + 2 * b, sb + b * kBlockBytes, 2);
+        for (int h = 0; h < 2; ++h)
+          std::memcpy(dst + chunk_offset(N, S, n, s, 1 + 2 * b + h, kQ8Chunks), sb + b * kBlockBytes + 2 + 16 * h, 16);
+      }
+    }
 }
 // Warp p's slice of a row's S super-blocks: [slice_first(S, p), slice_first(S, p + 1)).
 KESTREL_HD constexpr int slice_first(int64_t S, int p) { return int(S * p / kWarps); }

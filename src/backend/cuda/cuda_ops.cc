@@ -315,17 +315,27 @@ Buffer CudaOps::upload(const Tensor& host) {
 
 Buffer CudaOps::upload_matrix(const Tensor& host) {
   KCHECK(host.device == Device::kCpu);
-  // KESTREL_CUDA_Q4K_INT=0 keeps Q4_K matrices row-major (the copy-engine GEMV), to compare
-  static const bool tiled = [] {
-    const char* v = std::getenv("KESTREL_CUDA_Q4K_INT");
-    return !(v && v[0] == '0');
-  }();
-  if (host.dtype != DType::kQ4_K || host.nbytes() == 0 || !tiled) return upload(host);
+  // KESTREL_CUDA_Q4K_INT=0 keeps Q4_K matrices row-major (the copy-engine GEMV), and
+  // KESTREL_CUDA_Q8_0_INT=0 Q8_0 ones (the unit GEMV), to compare
+  static const auto off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && v[0] == '0';
+  };
+  static const bool q4k = !off("KESTREL_CUDA_Q4K_INT"), q8 = !off("KESTREL_CUDA_Q8_0_INT");
+  const bool tile = host.nbytes() != 0 && host.cols % q4k_int::kSuperElems == 0 &&
+                    ((host.dtype == DType::kQ4_K && q4k) || (host.dtype == DType::kQ8_0 && q8));
+  if (!tile) return upload(host);
   const int64_t N = host.rows, S = host.cols / q4k_int::kSuperElems;
   std::vector<uint8_t> t32(host.nbytes());
-  q4k_int::to_tile_layout(static_cast<const uint8_t*>(host.data), N, S, t32.data());
+  const auto* src = static_cast<const uint8_t*>(host.data);
   Tensor t = host;
-  t.dtype = DType::kQ4_K_T32;
+  if (host.dtype == DType::kQ4_K) {
+    q4k_int::to_tile_layout(src, N, S, t32.data());
+    t.dtype = DType::kQ4_K_T32;
+  } else {
+    q4k_int::to_q8_tile_layout(src, N, S, t32.data());
+    t.dtype = DType::kQ8_0_T32;
+  }
   t.data = t32.data();
   return upload(t);
 }

@@ -115,8 +115,9 @@ void embed(const Context& ctx, const Tensor& out, const Tensor& table, const Ste
   if (out.rows == 0) return;
   // Token ids were validated on the host already (the plan is host data): check here too.
   for (int32_t id : plan.tokens) KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
-  if (table.dtype == DType::kQ4_K_T32)
-    unsupported("embed: a Q4_K_T32 table (Ops::upload_matrix's layout, for matmul only) cannot be gathered by rows");
+  if (table.dtype == DType::kQ4_K_T32 || table.dtype == DType::kQ8_0_T32)
+    unsupported("embed: a ", dtype_name(table.dtype),
+                " table (Ops::upload_matrix's layout, for matmul only) cannot be gathered by rows");
   if (dtype_is_quantized(table.dtype)) {
     launch(embed_quant_kernel, unsigned(out.rows), 128, 0, ctx.stream, out.f32(),
            static_cast<const uint8_t*>(table.data), table.dtype, table.row_bytes(), ctx.step.tokens, out.cols,

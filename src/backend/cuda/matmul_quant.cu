@@ -48,21 +48,23 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
 inline bool is_unit_format(DType dt) {
-  return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ8_0;
+  return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ8_0 ||
+         dt == DType::kQ8_0_T32;
 }
+inline bool is_t32(DType dt) { return dt == DType::kQ4_K_T32 || dt == DType::kQ8_0_T32; }
 }  // namespace
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
 int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
   if (dt == DType::kQ4_K) return q4k_gemv::block_columns(K);
-  if (dt == DType::kQ4_K_T32) return q4k_int::kGroup;
+  if (is_t32(dt)) return q4k_int::kGroup;
   if (dt == DType::kQ6_K && q6k_gemv::supported(K)) return q6k_gemv::block_columns(K);
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
 namespace {
 // Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings and scale
 // tables when a matrix is Q4_K (99 KiB for one row, 224 KiB for 8), the Q6_K GEMV's (80 KiB,
-// 202 KiB), the integer-dot GEMV's split activations and partial sums when one is kQ4_K_T32
-// (41 KiB for one row of K = 12288, 8 KiB for 8 rows), else R rows of the activation tile. The
+// 202 KiB), the integer-dot GEMV's split activations and partial sums when one is kQ4_K_T32 or
+// kQ8_0_T32 (41 KiB for one row of K = 12288, 8 KiB for 8 rows), else R rows of the activation tile. The
 // kernels are opted in to the largest once.
 static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
               "the copy-engine GEMVs' blocks are the GEMV's");
@@ -102,7 +104,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
   if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-    gemv_q4k_int_block<R>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+    gemv_int_block<R, false>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+    return;
+  }
+  if (dt == DType::kQ8_0_T32) {  // likewise
+    gemv_int_block<R, true>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
     return;
   }
   if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
@@ -134,45 +140,103 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
 // K-quant super-block or eight 32-element blocks, contiguous bytes), y over the rows (looping
 // past 65535). It ran as one grid-stride kernel for every format, whose 64-bit division of the
 // flat index per group and format switch cost more issue slots than the decoding.
-// kT32: w is a kQ4_K_T32 matrix of N rows in all (Q = QQ4_K), read at its chunks' places.
-template <typename Q, bool kT32 = false>
+__device__ __forceinline__ void store_bf16_terms(__nv_bfloat16* __restrict__ hi, __nv_bfloat16* __restrict__ lo,
+                                                 int64_t at, const float (&f)[8]) {
+  __nv_bfloat162 h[4], l[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+    l[j] = __floats2bfloat162_rn(f[2 * j] - __low2float(h[j]), f[2 * j + 1] - __high2float(h[j]));
+  }
+  *reinterpret_cast<uint4*>(hi + at) = *reinterpret_cast<const uint4*>(h);
+  if (lo) *reinterpret_cast<uint4*>(lo + at) = *reinterpret_cast<const uint4*>(l);
+}
+
+template <typename Q>
 __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows, K]
                                        __nv_bfloat16* __restrict__ lo,  // [rows, K] or null
                                        const uint8_t* __restrict__ w,   // [N, row_bytes]
-                                       size_t row_bytes, int64_t row0, int64_t rows, int64_t K, int64_t N) {
+                                       size_t row_bytes, int64_t row0, int64_t rows, int64_t K) {
   pdl_begin();
   const int64_t k = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   if (k >= K) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     float f[8];
-    if constexpr (kT32) load8_q4k_t32(w, N, K, row0 + r, k, f);
-    else Q::load8(w + size_t(row0 + r) * row_bytes, k, f);
-    __nv_bfloat162 h[4], l[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-      l[j] = __floats2bfloat162_rn(f[2 * j] - __low2float(h[j]), f[2 * j + 1] - __high2float(h[j]));
-    }
-    *reinterpret_cast<uint4*>(hi + r * K + k) = *reinterpret_cast<const uint4*>(h);
-    if (lo) *reinterpret_cast<uint4*>(lo + r * K + k) = *reinterpret_cast<const uint4*>(l);
+    Q::load8(w + size_t(row0 + r) * row_bytes, k, f);
+    store_bf16_terms(hi, lo, r * K + k, f);
   }
 }
 
-// Launches dequantize_bf16_kernel for rows [row0, row0 + rows) of w: blocks of up to 256 threads
-// (a row's groups of 8, rounded up to whole warps, when the row is shorter).
+// The same for a kQ4_K_T32 (kQ8: kQ8_0_T32) matrix of N rows in all. A group's super-block tiles
+// are contiguous (q4k_int::chunk_offset), so a block takes one group of 32 rows and kDqSupers
+// super-blocks: it copies their tiles into shared memory by coalesced 16-byte loads, each row's
+// chunks together (a Q4_K row's super-block is then its row-major bytes, decoded through
+// QQ4_K::load8; a Q8_0 row's is its scales chunk and quant chunks, decoded as QQ8_0::load8
+// would: q d), then decodes them, a warp one row's super-block (a thread a group of 8, the
+// stores contiguous). Reading each group of 8 at its chunk's place in global memory, as it did
+// first, loaded a 16-byte header and a 16-byte chunk 512 bytes from the neighbouring thread's
+// for every 8 weights.
+constexpr int kDqSupers = 2;
+template <bool kQ8>
+__global__ void __launch_bounds__(256) dequantize_bf16_t32_kernel(__nv_bfloat16* __restrict__ hi,
+                                                                  __nv_bfloat16* __restrict__ lo,
+                                                                  const uint8_t* __restrict__ w, int64_t row0,
+                                                                  int64_t rows, int64_t K, int64_t N) {
+  using namespace q4k_int;
+  constexpr int kC = kQ8 ? kQ8Chunks : kChunks;
+  __shared__ __align__(16) uint8_t tile[kDqSupers][kGroup][16 * kC];
+  pdl_begin();
+  const int64_t S = K / kSuperElems, g0 = (row0 / kGroup + blockIdx.y) * kGroup, s0 = int64_t(blockIdx.x) * kDqSupers;
+  const int wg = int(N - g0 < kGroup ? N - g0 : kGroup), ns = int(S - s0 < kDqSupers ? S - s0 : kDqSupers);
+  // the tiles of super-blocks s0 .. s0 + ns - 1: ns kC wg chunks from chunk_offset(N, S, g0, s0, 0)
+  const uint4* src = reinterpret_cast<const uint4*>(w + chunk_offset(N, S, g0, s0, 0, kC));
+  for (int i = int(threadIdx.x); i < ns * kC * wg; i += int(blockDim.x)) {
+    const int r = i % wg, j = i / wg % kC, s = i / (wg * kC);
+    *reinterpret_cast<uint4*>(&tile[s][r][16 * j]) = __ldcs(src + i);
+  }
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < ns * wg * 32; i += int(blockDim.x)) {
+    const int grp = i % 32, r = i / 32 % wg, s = i / (32 * wg);
+    const int64_t n = g0 + r;
+    if (n < row0 || n >= row0 + rows) continue;
+    float f[8];
+    if constexpr (kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) ..
+      const uint8_t* t = tile[s][r];
+      const float d = f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(t + 2 * (grp >> 2)));
+      const uint2 q = *reinterpret_cast<const uint2*>(t + 16 + 8 * grp);
+      const uint32_t qw[2] = {q.x, q.y};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[e] = __fmul_rn(float(int8_t(qw[e >> 2] >> (8 * (e & 3)))), d);
+    } else {
+      QQ4_K::load8(tile[s][r], 8 * grp, f);
+    }
+    store_bf16_terms(hi, lo, (n - row0) * K + (s0 + s) * kSuperElems + 8 * grp, f);
+  }
+}
+
+// Launches the dequantization of rows [row0, row0 + rows) of w: for the T32 layouts a block per (group
+// of 32 rows, kDqSupers super-blocks); otherwise blocks of up to 256 threads (a row's groups of 8,
+// rounded up to whole warps, when the row is shorter).
 void launch_dequantize_bf16(cudaStream_t stream, __nv_bfloat16* hi, __nv_bfloat16* lo, const Tensor& w, int64_t row0,
                             int64_t rows, int64_t K) {
-  const int64_t groups = K / 8;
-  const int threads = int(std::min<int64_t>(256, ceil_div(groups, 32) * 32));
-  const dim3 grid(unsigned(ceil_div(groups, threads)), unsigned(std::min<int64_t>(rows, 65535)));
   const auto* data = static_cast<const uint8_t*>(w.data);
-  if (w.dtype == DType::kQ4_K_T32)
-    launch(dequantize_bf16_kernel<QQ4_K, true>, grid, threads, 0, stream, hi, lo, data, w.row_bytes(), row0, rows, K,
-           w.rows);
-  else
+  if (is_t32(w.dtype)) {
+    const int64_t groups = (row0 + rows - 1) / q4k_int::kGroup - row0 / q4k_int::kGroup + 1;
+    KCHECK_MSG(groups <= 65535, "matmul: ", rows, " rows of a ", dtype_name(w.dtype),
+               " matrix in one dequantized tile");
+    const dim3 grid(unsigned(ceil_div(K / q4k_int::kSuperElems, kDqSupers)), unsigned(groups));
+    if (w.dtype == DType::kQ8_0_T32)
+      launch(dequantize_bf16_t32_kernel<true>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
+    else
+      launch(dequantize_bf16_t32_kernel<false>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
+  } else {
+    const int64_t groups = K / 8;
+    const int threads = int(std::min<int64_t>(256, ceil_div(groups, 32) * 32));
+    const dim3 grid(unsigned(ceil_div(groups, threads)), unsigned(std::min<int64_t>(rows, 65535)));
     dispatch_quant(w.dtype, "matmul", [&]<typename Q>() {
-      launch(dequantize_bf16_kernel<Q>, grid, threads, 0, stream, hi, lo, data, w.row_bytes(), row0, rows, K, w.rows);
+      launch(dequantize_bf16_kernel<Q>, grid, threads, 0, stream, hi, lo, data, w.row_bytes(), row0, rows, K);
     });
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -218,7 +282,7 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   bool q4k = false, q6k = false, t32 = false;
   TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
-    if (mt.dtype[m] == DType::kQ4_K_T32) {
+    if (is_t32(mt.dtype[m])) {
       t32 = true;
     } else if (mt.dtype[m] == DType::kQ4_K) {
       q4k = true;
@@ -277,9 +341,9 @@ static int64_t quant_mma_max_rows() {
 // the other formats' 8-row GEMVs run at 270-600 GB/s, and two passes lose already (Q6_K: 157 us
 // against 123 at 16 rows; Q8_0: 286 against 106).
 // kQ4_K_T32's 8-row GEMV (s8 mmas) reads ~1.2-1.5 TB/s and the tensor-core kernel does not take
-// its layout: 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
+// its layout (nor kQ8_0_T32's): 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
 static int64_t gemv_pass_max_rows(DType dt) {
-  return dt == DType::kQ4_K_T32 ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
+  return is_t32(dt) ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
 }
 
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to
@@ -325,7 +389,9 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   const bool split_w = n_terms == 3;
   auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(x_terms)));
   launch_split_bf16(ctx.stream, terms, x.f32(), T * K, x_terms);
-  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
+  int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
+  // whole groups of a T32 matrix's rows, so no group's tiles are copied by two launches
+  if (is_t32(w.dtype) && tile_rows > q4k_int::kGroup) tile_rows -= tile_rows % q4k_int::kGroup;
   const size_t tile_elems = size_t(tile_rows * K);
   auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
   __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;

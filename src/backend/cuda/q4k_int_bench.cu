@@ -91,7 +91,12 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
     unit = xt.unit + k0 / 32;
     sum = xt.sum + k0 / 32;
   }
-  const float y = slice_dot(load, a, b, n, t0, t1, t2, unit, sum);
+  const float y = slice_dot(
+      load,
+      [&](const uint4(&c)[kChunks], int t, float acc) {
+        return super_block(c, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, acc);
+      },
+      a, b, n);
   partial[warp][lane] = y;
   __syncthreads();
   if (warp == 0) {

@@ -1,6 +1,7 @@
-// The integer-dot Q4_K GEMV over the kQ4_K_T32 layout (block_gemv_geometry.h, q4k_int), the
-// block code gemv_multi_quant_kernel runs for such a matrix (any R of 1..8 rows), and the device
-// helpers GpuBench.Q4kIntGemv's measurement kernels share (q4k_int_bench.cu).
+// The integer-dot Q4_K and Q8_0 GEMVs over the kQ4_K_T32 and kQ8_0_T32 layouts
+// (block_gemv_geometry.h, q4k_int), the block code gemv_multi_quant_kernel runs for such a matrix
+// (any R of 1..8 rows), and the device helpers GpuBench.Q4kIntGemv's measurement kernels share
+// (q4k_int_bench.cu).
 //  - Activations: each 32 values x become x^ = s (a + b / 128 + c / 16384), s a power of two with
 //    max |x| / s in [32, 64), a, b, c integers in [-64, 64], every step exact in F32, so
 //    |x - x^| <= 2^-20 max |x| of the 32. The split runs on FMAs alone (q4k_int::split_value: no
@@ -8,13 +9,18 @@
 //    block splits all of x, so its cost is the 8-row kernel's pace). For one row each warp splits
 //    its slice of x into shared memory after its wait; for R > 1 the four lanes of a B column
 //    split its 32 values of a sub-block in registers as they go.
-//  - A sub-block's Q = sum q (16384 a + 128 b + c) is an exact 32-bit integer (|Q| < 2^29): three
-//    dp4a chains for one row (a lane a column), three s8 mmas m16n8k32 for R > 1 (A = 16 columns'
-//    quants, B = the rows' terms). Per sub-block, in order: y += (d sc s / 16384) float(Q), then
-//    y -= (dmin m) sum(x^); the warps' partial sums meet in shared memory in warp order. Nothing
-//    depends on R: a row has the same bits alone or among R.
+//  - Q4_K: a sub-block's Q = sum q (16384 a + 128 b + c) is an exact 32-bit integer (|Q| < 2^29):
+//    three dp4a chains for one row (a lane a column), three s8 mmas m16n8k32 for R > 1 (A = 16
+//    columns' quants, B = the rows' terms). Per sub-block, in order: y += (d sc s / 16384)
+//    float(Q), then y -= (dmin m) sum(x^).
+//  - Q8_0: a block's three term sums the same way (|sum q a| <= 2^18), Q = 16384 A + 128 B + C
+//    formed in 64 bits and rounded once to F32 (q8_sum); y += (d s / 16384) Q per block, in
+//    order. One row walks half super-blocks (the scales chunk and 8 quant chunks, the Q4_K
+//    super-block's 9 chunks), so the two formats share the loads' shape.
+//  - The warps' partial sums meet in shared memory in warp order. Nothing depends on R: a row
+//    has the same bits alone or among R.
 //  - Error: |y - w.x| <= 2^-20 sum_b max|x_b| sum_b |d sc q| plus the F32 epilogue's roundings
-//    (QuantGpuTest.MatmulQ4KT32*: measured <= 2e-7 of S' plus that term).
+//    (QuantGpuTest.MatmulIntT32*: measured <= 2e-7 of S' plus that term, Q4_K).
 #pragma once
 
 #include "backend/cuda/block_gemv_geometry.h"
@@ -163,21 +169,52 @@ __device__ __forceinline__ void split_slice(const float* __restrict__ x, int n, 
   __syncwarp();
 }
 
-// The lane's column over a slice of n super-blocks, two in flight: a holds super-block 0 (loaded
-// by the caller, before its wait), load(c, t) fills c with super-block t; the terms 64 words, the
-// units and sums 8 apart a super-block.
-template <typename Load>
-__device__ __forceinline__ float slice_dot(Load&& load, uint4 (&a)[kChunks], uint4 (&b)[kChunks], int n,
-                                           const uint32_t* t0, const uint32_t* t1, const uint32_t* t2,
-                                           const float* unit, const float* sum) {
+// The lane's column over a slice of n units (Q4_K: super-blocks; Q8_0: half super-blocks), two
+// in flight: a holds unit 0 (loaded by the caller, before its wait), load(c, t) fills c with unit
+// t, dot(c, t, y) adds unit t's products to y.
+template <typename Load, typename Dot>
+__device__ __forceinline__ float slice_dot(Load&& load, Dot&& dot, uint4 (&a)[kChunks], uint4 (&b)[kChunks], int n) {
   float y = 0.0f;
   for (int t = 0; t < n; t += 2) {
     if (t + 1 < n) load(b, t + 1);
-    y = super_block(a, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, y);
+    y = dot(a, t, y);
     if (t + 1 >= n) break;
     if (t + 2 < n) load(a, t + 2);
-    y = super_block(b, t0 + 64 * (t + 1), t1 + 64 * (t + 1), t2 + 64 * (t + 1), unit + 8 * (t + 1), sum + 8 * (t + 1),
-                    y);
+    y = dot(b, t + 1, y);
+  }
+  return y;
+}
+
+// A Q8_0 block's Q = sum q (16384 a + 128 b + c) from its three exact term sums (|A| <= 32 128 64
+// = 2^18, so 16384 A needs 64 bits), rounded once to F32.
+__device__ __forceinline__ float q8_sum(int A, int B, int C) {
+  return __ll2float_rn(static_cast<long long>(A) * 16384 + (B * 128 + C));
+}
+
+// Half h of a Q8_0 super-block of the lane's column: c[0] its scales chunk, c[1 + j] quant chunk
+// 1 + 8 h + j; terms at the half's first element (words), units at its first block.
+__device__ __forceinline__ float q8_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
+                                         const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
+                                         const float* __restrict__ unit, float y) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {  // block 4 h + b: its d is 16-bit word 4 h + b of the scales chunk
+    int acc[3] = {0, 0, 0};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint4 w4 = c[1 + 2 * b + half];
+      const int e = 8 * b + 4 * half;
+      const uint4 xt[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
+                           *reinterpret_cast<const uint4*>(t2 + e)};
+      const uint32_t ws[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int t = 0; t < 3; ++t)
+          acc[t] = __dp4a(int(ws[i]), int(reinterpret_cast<const uint32_t*>(&xt[t])[i]), acc[t]);
+    }
+    const uint32_t word = b < 2 ? (h ? c[0].z : c[0].x) : (h ? c[0].w : c[0].y);
+    const float d = f16_bits_to_f32(uint16_t((b & 1) ? word >> 16 : word & 0xFFFF));
+    y = __fmaf_rn(__fmul_rn(d, unit[b]), q8_sum(acc[0], acc[1], acc[2]), y);
   }
   return y;
 }
@@ -261,34 +298,67 @@ __device__ __forceinline__ void rows_sub_block(const uint32_t (&wd)[2][2][2], co
   }
 }
 
+// Block b of a Q8_0 super-block for the warp's two m-tiles of 16 columns: wd [m-tile][column g,
+// g + 8][chunk]: word c of the block's two quant chunks, hdr the columns' scales chunks, xw the
+// rows' terms; y [m-tile][D fragment] += d u Q, Q rounded as q8_sum (the one-row path's values).
+__device__ __forceinline__ void rows_block_q8(const uint32_t (&wd)[2][2][2], const uint4 (&hdr)[2][2], int b,
+                                              const uint32_t (&xw)[3][2], const float (&u)[2], float (&y)[2][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    uint32_t a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = wd[mt][i & 1][i >> 1];
+    int d[3][4] = {};
+#pragma unroll
+    for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const uint32_t hw[4] = {hdr[mt][hh].x, hdr[mt][hh].y, hdr[mt][hh].z, hdr[mt][hh].w};
+      const uint32_t word = hw[b >> 1];
+      const float sc = f16_bits_to_f32(uint16_t((b & 1) ? word >> 16 : word & 0xFFFF));
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int j = 2 * hh + i;
+        y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), q8_sum(d[0][j], d[1][j], d[2][j]), y[mt][j]);
+      }
+    }
+  }
+}
+
 }  // namespace q4k_int_detail
 
 // The work of one block (q4k_int::kWarps warps) for R rows: out [R, N] (row stride N) = x [R, K] .
-// w^T, w [N, K] in kQ4_K_T32, the columns of group `group` (32, or the last group's w); warp p takes
-// super-blocks [slice_first(S, p), slice_first(S, p + 1)) of every column. Calls pdl_begin()
-// itself: one row's first weights are loaded before it. smem: q4k_int::smem_bytes(R, K) bytes.
-// K % 256 == 0; x 16-byte aligned.
-template <int R>
-__device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, const float* __restrict__ x,
-                                                   const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
-                                                   uint8_t* __restrict__ smem) {
+// w^T, w [N, K] in kQ4_K_T32 (kQ8: kQ8_0_T32), the columns of group `group` (32, or the last
+// group's w); warp p takes super-blocks [slice_first(S, p), slice_first(S, p + 1)) of every
+// column. Calls pdl_begin() itself: one row's first weights are loaded before it. smem:
+// q4k_int::smem_bytes(R, K) bytes. K % 256 == 0; x 16-byte aligned.
+template <int R, bool kQ8>
+__device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const float* __restrict__ x,
+                                               const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
+                                               uint8_t* __restrict__ smem) {
   using namespace q4k_int_detail;
   constexpr int P = q4k_int::kWarps;
+  constexpr int kSuperChunks = kQ8 ? q4k_int::kQ8Chunks : kChunks;
   const int64_t S = K / kSuperElems, g0 = group * kGroup;
   const int wg = int(N - g0 < kGroup ? N - g0 : kGroup);  // the group's columns
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int first = q4k_int::slice_first(S, warp), n = q4k_int::slice_first(S, warp + 1) - first;
-  const int64_t cstride = int64_t(wg) * 16, sstride = kChunks * cstride;  // bytes between chunks, super-blocks
-  const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * q4k_int::kSuperBytes + first * sstride;
+  const int64_t cstride = int64_t(wg) * 16, sstride = kSuperChunks * cstride;  // bytes between chunks, super-blocks
+  const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * 16 * kSuperChunks + first * sstride;
   const int64_t k0 = int64_t(first) * kSuperElems;
   float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S) : 0));
   if constexpr (R == 1) {
     const bool live = lane < wg;
     const uint8_t* p = gbase + lane * 16;
+    // unit t: Q4_K super-block t (its 9 chunks); Q8_0 half t % 2 of super-block t / 2 (its scales
+    // chunk and quant chunks 1 + 8 (t % 2) .. 8 + 8 (t % 2))
     auto load = [&](uint4 (&c)[kChunks], int t) {
+      const uint8_t* sp = p + (kQ8 ? t >> 1 : t) * sstride;
+      const int skip = kQ8 ? 8 * (t & 1) : 0;
 #pragma unroll
       for (int j = 0; j < kChunks; ++j)
-        c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(p + t * sstride + j * cstride)) : make_uint4(0, 0, 0, 0);
+        c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(sp + (j == 0 ? 0 : j + skip) * cstride))
+                    : make_uint4(0, 0, 0, 0);
     };
     uint4 a[kChunks], b[kChunks];
     if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
@@ -299,7 +369,21 @@ __device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, cons
     float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
     split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
-    const float y = slice_dot(load, a, b, n, m0, m1, m2, mu, ms);
+    float y;
+    if constexpr (kQ8)
+      y = slice_dot(
+          load,
+          [&](const uint4(&c)[kChunks], int t, float acc) {
+            return q8_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
+          },
+          a, b, 2 * n);
+    else
+      y = slice_dot(
+          load,
+          [&](const uint4(&c)[kChunks], int t, float acc) {
+            return super_block(c, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, acc);
+          },
+          a, b, n);
     partial[warp * kGroup + lane] = y;
     __syncthreads();
     if (warp == 0 && live) {
@@ -316,18 +400,30 @@ __device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, cons
     float y[2][4] = {};
     for (int t = 0; t < n; ++t) {
       const uint8_t* tp = gbase + t * sstride;
-      uint4 hdr[2][2];  // [m-tile][column g, g + 8]
+      uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 scales chunks
       rows_headers(tp, g, wg, hdr);
+      if constexpr (kQ8) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
-        rows_words(tp, cstride, q, g, c, wg, wd);
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
+        for (int bk = 0; bk < 8; ++bk) {
+          uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
+          rows_words(tp, cstride, bk, g, c, wg, wd);
           uint32_t xw[3][2];
           float u[2], sm[2];
-          split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
-          rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
+          split_rows(xg + t * kSuperElems + 32 * bk, ra, rb, xw, u, sm);
+          rows_block_q8(wd, hdr, bk, xw, u, y);
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
+          rows_words(tp, cstride, q, g, c, wg, wd);
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            uint32_t xw[3][2];
+            float u[2], sm[2];
+            split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
+            rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
+          }
         }
       }
     }
@@ -349,19 +445,6 @@ __device__ __forceinline__ void gemv_q4k_int_block(float* __restrict__ out, cons
       out[int64_t(row) * N + g0 + col] = s;
     }
   }
-}
-
-// Elements k .. k + 7 (k % 8 == 0) of row n of a kQ4_K_T32 matrix [N, K] as ggml's dequantized
-// values: the super-block's header and the quant chunk holding them, put back at their
-// row-major places, through QQ4_K::load8.
-__device__ __forceinline__ void load8_q4k_t32(const uint8_t* __restrict__ w, int64_t N, int64_t K, int64_t n,
-                                              int64_t k, float (&f)[8]) {
-  const int64_t S = K / q4k_int::kSuperElems, s = k / q4k_int::kSuperElems;
-  const int o = int(k % q4k_int::kSuperElems), qb = 32 * (o >> 6) + (o & 31);  // its first quant byte
-  uint4 blk[q4k_int::kChunks];
-  blk[0] = *reinterpret_cast<const uint4*>(w + q4k_int::chunk_offset(N, S, n, s, 0));
-  blk[1 + qb / 16] = *reinterpret_cast<const uint4*>(w + q4k_int::chunk_offset(N, S, n, s, 1 + qb / 16));
-  QQ4_K::load8(reinterpret_cast<const uint8_t*>(blk), o, f);
 }
 
 }  // namespace kestrel::cuda

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -123,28 +124,31 @@ TEST(BlockGemvGeometry, RoundingCounts) {
   EXPECT_EQ(q4k_gemv::block_columns(2816), 256);
 }
 
-// The kQ4_K_T32 layout is a permutation of the row-major bytes within each group of 32 rows
-// (the last group partial), so a slice of whole groups keeps its row-major byte range; the
-// slices of a row's super-blocks cover them once, every warp's no longer than longest_slice.
+// The kQ4_K_T32 and kQ8_0_T32 layouts are permutations of the row-major bytes within each group
+// of 32 rows (the last group partial), so a slice of whole groups keeps its row-major byte range;
+// the slices of a row's super-blocks cover them once, every warp's no longer than longest_slice.
 TEST(BlockGemvGeometry, Q4kIntLayoutPermutesWithinGroups) {
   for (auto [N, S] : std::vector<std::pair<int64_t, int64_t>>{{64, 16}, {100, 4}, {33, 10}, {7, 1}}) {
-    std::vector<int> seen(size_t(N * S * q4k_int::kChunks), 0);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t s = 0; s < S; ++s)
-        for (int j = 0; j < q4k_int::kChunks; ++j) {
-          const int64_t off = q4k_int::chunk_offset(N, S, n, s, j);
-          ASSERT_EQ(off % 16, 0);
-          ASSERT_GE(off, 0);
-          ASSERT_LT(off, N * S * q4k_int::kSuperBytes);
-          const int64_t g0 = n / 32 * 32, g1 = std::min<int64_t>(N, g0 + 32);
-          EXPECT_GE(off, g0 * S * q4k_int::kSuperBytes) << N << " " << n;  // inside its group's row-major range
-          EXPECT_LT(off, g1 * S * q4k_int::kSuperBytes) << N << " " << n;
-          ++seen[size_t(off / 16)];
-        }
-    for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << N << "x" << S << " chunk " << i;
-    // a chunk of the same super-block and index, lanes of one group: 16 bytes apart
-    if (N >= 2) {
-      EXPECT_EQ(q4k_int::chunk_offset(N, S, 1, 0, 3) - q4k_int::chunk_offset(N, S, 0, 0, 3), 16);
+    for (int chunks : {q4k_int::kChunks, q4k_int::kQ8Chunks}) {
+      const int64_t super_bytes = 16 * chunks;
+      std::vector<int> seen(size_t(N * S * chunks), 0);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t s = 0; s < S; ++s)
+          for (int j = 0; j < chunks; ++j) {
+            const int64_t off = q4k_int::chunk_offset(N, S, n, s, j, chunks);
+            ASSERT_EQ(off % 16, 0);
+            ASSERT_GE(off, 0);
+            ASSERT_LT(off, N * S * super_bytes);
+            const int64_t g0 = n / 32 * 32, g1 = std::min<int64_t>(N, g0 + 32);
+            EXPECT_GE(off, g0 * S * super_bytes) << N << " " << n;  // inside its group's row-major range
+            EXPECT_LT(off, g1 * S * super_bytes) << N << " " << n;
+            ++seen[size_t(off / 16)];
+          }
+      for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << N << "x" << S << " chunk " << i;
+      // a chunk of the same super-block and index, lanes of one group: 16 bytes apart
+      if (N >= 2) {
+        EXPECT_EQ(q4k_int::chunk_offset(N, S, 1, 0, 3, chunks) - q4k_int::chunk_offset(N, S, 0, 0, 3, chunks), 16);
+      }
     }
     std::vector<int> covered(size_t(S), 0);
     for (int p = 0; p < q4k_int::kWarps; ++p) {
@@ -173,6 +177,31 @@ TEST(BlockGemvGeometry, Q4kIntTileLayoutMovesEachChunkToItsOffset) {
             ASSERT_EQ(dst[size_t(q4k_int::chunk_offset(N, S, n, s, j) + b)],
                       src[size_t((n * S + s) * q4k_int::kSuperBytes + 16 * j + b)])
                 << N << " " << n << " " << s << " " << j;
+  }
+}
+
+// to_q8_tile_layout: block b of a super-block puts its d (2 bytes) at 16-bit word b of the scales
+// chunk and its 32 quants in chunks 1 + 2b and 2 + 2b; every byte of the group lands once.
+TEST(BlockGemvGeometry, Q8IntTileLayoutMovesEachBlockToItsChunks) {
+  constexpr int kBlockBytes = 34, kSuperBytes = 8 * kBlockBytes;
+  for (int64_t N : {1, 32, 45, 70}) {
+    const int64_t S = 3;
+    std::vector<uint8_t> src(size_t(N * S * kSuperBytes)), dst(src.size(), 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7 + i / 251);
+    q4k_int::to_q8_tile_layout(src.data(), N, S, dst.data());
+    std::vector<uint8_t> back(src.size(), 0);  // dst read back at the places the kernels read
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s)
+        for (int b = 0; b < 8; ++b) {
+          uint8_t* blk = back.data() + size_t((n * S + s) * kSuperBytes + b * kBlockBytes);
+          const int64_t sc = q4k_int::chunk_offset(N, S, n, s, 0, q4k_int::kQ8Chunks);
+          std::memcpy(blk, dst.data() + sc + 2 * b, 2);
+          for (int h = 0; h < 2; ++h) {
+            const int64_t qc = q4k_int::chunk_offset(N, S, n, s, 1 + 2 * b + h, q4k_int::kQ8Chunks);
+            std::memcpy(blk + 2 + 16 * h, dst.data() + qc, 16);
+          }
+        }
+    EXPECT_EQ(back, src) << N;
   }
 }
 

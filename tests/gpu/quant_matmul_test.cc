@@ -631,15 +631,23 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
       std::vector<Buffer> turns;  // dw and its copies, 256 MB in all
       turns.push_back(std::move(dw));
       while (double(turns.size()) * bytes < 256e6) turns.push_back(up(w));
-      for (int T : {1, 8}) {
-        Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
-        const double hot = time([&] { gpu().matmul(out, x, turns[0]); });
-        size_t next = 0;
-        const double dram = time([&] { gpu().matmul(out, x, turns[next++ % turns.size()]); }, 10 * int(turns.size()));
-        std::printf("BENCH qgemv_%s_T%d_%ldx%ld %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us, %zu copies)\n",
-                    std::string(dtype_name(dt)).c_str(), T, long(N), long(K), bytes / hot / 1e9, hot * 1e6,
-                    bytes / dram / 1e9, dram * 1e6, turns.size());
+      // Q4_K and Q8_0 also in the layout Ops::upload_matrix gives the Qwen line's projections (T32)
+      std::vector<Buffer> t32_turns;
+      if (dt == DType::kQ4_K || dt == DType::kQ8_0)
+        while (double(t32_turns.size()) * bytes < 256e6) t32_turns.push_back(gpu().upload_matrix(w));
+      for (const std::vector<Buffer>* ts : {&turns, &t32_turns}) {
+        if (ts->empty()) continue;
+        for (int T : {1, 8}) {
+          Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+          const double hot = time([&] { gpu().matmul(out, x, (*ts)[0]); });
+          size_t next = 0;
+          const double dram = time([&] { gpu().matmul(out, x, (*ts)[next++ % ts->size()]); }, 10 * int(ts->size()));
+          std::printf("BENCH qgemv_%s_T%d_%ldx%ld %.0f GB/s hot (%.1f us), %.0f GB/s DRAM (%.1f us, %zu copies)\n",
+                      std::string(dtype_name((*ts)[0].view().dtype)).c_str(), T, long(N), long(K), bytes / hot / 1e9,
+                      hot * 1e6, bytes / dram / 1e9, dram * 1e6, ts->size());
+        }
       }
+      t32_turns.clear();
       const Buffer& dw0 = turns[0];
       // A few rows: the tensor-core kernel up to KESTREL_CUDA_QUANT_MMA_ROWS (64 unless set; Q4_K
       // 8-row GEMV passes up to 24 rows, whatever the variable), the dequantized tiles and cuBLAS
@@ -657,11 +665,10 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
         }
       }
       if (N == 12288 && (dt == DType::kQ4_K || dt == DType::kQ8_0)) {
-        // the prefill path: a 512-row step (the engine's chunk) and 2048 rows; Q4_K also in the
-        // layout Ops::upload_matrix gives the Qwen line's projections (kQ4_K_T32)
+        // the prefill path: a 512-row step (the engine's chunk) and 2048 rows, in both layouts
         std::vector<const Buffer*> layouts = {&dw0};
         Buffer t32;
-        if (dt == DType::kQ4_K) {
+        {
           t32 = gpu().upload_matrix(w);
           layouts.push_back(&t32);
         }

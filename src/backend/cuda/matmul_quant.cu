@@ -389,9 +389,9 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   const bool split_w = n_terms == 3;
   auto* terms = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulX, size_t(T * K) * 2 * size_t(x_terms)));
   launch_split_bf16(ctx.stream, terms, x.f32(), T * K, x_terms);
-  int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
-  // whole groups of a T32 matrix's rows, so no group's tiles are copied by two launches
-  if (is_t32(w.dtype) && tile_rows > q4k_int::kGroup) tile_rows -= tile_rows % q4k_int::kGroup;
+  // (any row count: a T32 group cut by a tile's edge is copied by both launches, each decoding its
+  // rows, so the tiles and their GEMMs are the row-major matrix's, and so are the bits)
+  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
   const size_t tile_elems = size_t(tile_rows * K);
   auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
   __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;

@@ -84,18 +84,22 @@ struct TmaMaps {
   CUtensorMap map[kMultiMax];
 };
 
-// kUnitsOnly: every matrix is Q4_K, Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), so the
-// kernel holds only those GEMVs and, for one row, is capped at 128 registers (2 blocks per SM,
-// as many as the Q4_K GEMV's 99 KiB allow; it takes 121 without spilling, the Q6_K GEMV's
-// 80 KiB likewise. An older Q4_K kernel, capped at 80 for 3 blocks, spilled and measured
-// slower); R > 1 is not capped
-// (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it needs
-// up to 255, no spills).
-// The general kernel holds every format. A matrix's code, and so its bits, is the same in both.
-template <int R, bool kUnitsOnly>
-__global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
+// The formats one instantiation holds. kQ4Units / kQ8Units: every matrix is Q4_K, Q6_K or Q8_0
+// (a Q4_K_M or Q8_0 model's launches), with the integer-dot GEMV of Q4_K_T32 or of Q8_0_T32 but
+// not both (each added to the other's one-row kernel costs it registers: holding both, the
+// Q4_K_M's one-row kernel spilled 20 bytes instead of 16, and its decode measured 326.4 t/s on
+// an H100 against 333.6-336.2 on others), so the kernel holds only those GEMVs and, for one row,
+// is capped at 128 registers (2 blocks per SM, as many as the Q4_K GEMV's 99 KiB allow; it takes
+// 121 without spilling, the Q6_K GEMV's 80 KiB likewise. An older Q4_K kernel, capped at 80 for 3
+// blocks, spilled and measured slower); R > 1 is not capped (at 128 registers it spilled ~140
+// bytes and T = 8 ran at 60% of the speed; uncapped it needs up to 255, no spills). kAll, the
+// general kernel, holds every format. A matrix's code, and so its bits, is the same in all.
+enum class FormatSet { kAll, kQ4Units, kQ8Units };
+template <int R, FormatSet kSet>
+__global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R == 1 ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
                             int64_t K) {
+  constexpr bool kUnitsOnly = kSet != FormatSet::kAll;
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
   const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
@@ -103,13 +107,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kUnitsOnly && R == 1 ? 2 : 1)
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
-  if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-    gemv_int_block<R, false>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
-    return;
+  if constexpr (kSet != FormatSet::kQ8Units) {
+    if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
+      gemv_int_block<R, false>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      return;
+    }
   }
-  if (dt == DType::kQ8_0_T32) {  // likewise
-    gemv_int_block<R, true>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
-    return;
+  if constexpr (kSet != FormatSet::kQ4Units) {
+    if (dt == DType::kQ8_0_T32) {  // likewise
+      gemv_int_block<R, true>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      return;
+    }
   }
   if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
     gemv_q4k_block<R>(t.out[m], x, t.w[m], &maps.map[m], K, t.n[m], block, gemv_smem);
@@ -272,11 +280,11 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
   return map;
 }
 
-template <int R, bool kUnitsOnly>
+template <int R, FormatSet kSet>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kUnitsOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kQuantGemvSmemMax)));
   });
   bool q4k = false, q6k = false, t32 = false;
@@ -295,24 +303,29 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
-  launch(gemv_multi_quant_kernel<R, kUnitsOnly>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
+  launch(gemv_multi_quant_kernel<R, kSet>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool kUnitsOnly>
+template <FormatSet kSet>
 void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
                             int64_t K) {
-  with_rows(T, [&]<int R>() { launch_gemv_quant_kernel<R, kUnitsOnly>(stream, mt, blocks, x, K); });
+  with_rows(T, [&]<int R>() { launch_gemv_quant_kernel<R, kSet>(stream, mt, blocks, x, K); });
 }
 
 }  // namespace
 
 void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
                        int64_t K) {
-  bool units = true;
-  for (int m = 0; m < mt.count; ++m) units = units && is_unit_format(mt.dtype[m]);
-  if (units) launch_gemv_quant_rows<true>(stream, mt, blocks, x, T, K);
-  else launch_gemv_quant_rows<false>(stream, mt, blocks, x, T, K);
+  bool units = true, q4_t32 = false, q8_t32 = false;
+  for (int m = 0; m < mt.count; ++m) {
+    units = units && is_unit_format(mt.dtype[m]);
+    q4_t32 = q4_t32 || mt.dtype[m] == DType::kQ4_K_T32;
+    q8_t32 = q8_t32 || mt.dtype[m] == DType::kQ8_0_T32;
+  }
+  if (!units || (q4_t32 && q8_t32)) launch_gemv_quant_rows<FormatSet::kAll>(stream, mt, blocks, x, T, K);
+  else if (q8_t32) launch_gemv_quant_rows<FormatSet::kQ8Units>(stream, mt, blocks, x, T, K);
+  else launch_gemv_quant_rows<FormatSet::kQ4Units>(stream, mt, blocks, x, T, K);
 }
 
 // The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows per

@@ -185,6 +185,47 @@ __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows
 // first, loaded a 16-byte header and a 16-byte chunk 512 bytes from the neighbouring thread's
 // for every 8 weights.
 constexpr int kDqSupers = 2;
+// The block's work over a group of wg rows (kFull: wg is a whole group, the divisions by it
+// constants; the last group of a matrix may be partial).
+template <bool kQ8, bool kFull>
+__device__ __forceinline__ void dequantize_t32_group(uint8_t (*tile)[q4k_int::kGroup][16 * (kQ8 ? q4k_int::kQ8Chunks
+                                                                                               : q4k_int::kChunks)],
+                                                     __nv_bfloat16* __restrict__ hi, __nv_bfloat16* __restrict__ lo,
+                                                     const uint4* __restrict__ src, int64_t g0, int64_t s0, int wg_rt,
+                                                     int ns, int64_t row0, int64_t rows, int64_t K) {
+  using namespace q4k_int;
+  constexpr int kC = kQ8 ? kQ8Chunks : kChunks;
+  const int wg = kFull ? kGroup : wg_rt;
+  for (int i = int(threadIdx.x); i < ns * kC * wg; i += int(blockDim.x)) {
+    const int r = i % wg, j = i / wg % kC, s = i / (wg * kC);
+    *reinterpret_cast<uint4*>(&tile[s][r][16 * j]) = __ldcs(src + i);
+  }
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < ns * wg * 32; i += int(blockDim.x)) {
+    const int grp = i % 32, r = i / 32 % wg, s = i / (32 * wg);
+    const int64_t n = g0 + r;
+    if (n < row0 || n >= row0 + rows) continue;
+    float f[8];
+    if constexpr (kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) .., as QQ8_0::load8
+      const uint8_t* t = tile[s][r];
+      const float d = f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(t + 2 * (grp >> 2)));
+      const uint2 q = *reinterpret_cast<const uint2*>(t + 16 + 8 * grp);
+      constexpr float kOff = kMagic + 128.0f;  // the int8 quants offset by 128 (the sign bit flipped)
+      const uint32_t qw[2] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        f[4 * h + 0] = __fmul_rn(__fsub_rn(magic_byte<0>(qw[h]), kOff), d);
+        f[4 * h + 1] = __fmul_rn(__fsub_rn(magic_byte<1>(qw[h]), kOff), d);
+        f[4 * h + 2] = __fmul_rn(__fsub_rn(magic_byte<2>(qw[h]), kOff), d);
+        f[4 * h + 3] = __fmul_rn(__fsub_rn(magic_byte<3>(qw[h]), kOff), d);
+      }
+    } else {
+      QQ4_K::load8(tile[s][r], 8 * grp, f);
+    }
+    store_bf16_terms(hi, lo, (n - row0) * K + (s0 + s) * kSuperElems + 8 * grp, f);
+  }
+}
+
 template <bool kQ8>
 __global__ void __launch_bounds__(256) dequantize_bf16_t32_kernel(__nv_bfloat16* __restrict__ hi,
                                                                   __nv_bfloat16* __restrict__ lo,
@@ -198,28 +239,8 @@ __global__ void __launch_bounds__(256) dequantize_bf16_t32_kernel(__nv_bfloat16*
   const int wg = int(N - g0 < kGroup ? N - g0 : kGroup), ns = int(S - s0 < kDqSupers ? S - s0 : kDqSupers);
   // the tiles of super-blocks s0 .. s0 + ns - 1: ns kC wg chunks from chunk_offset(N, S, g0, s0, 0)
   const uint4* src = reinterpret_cast<const uint4*>(w + chunk_offset(N, S, g0, s0, 0, kC));
-  for (int i = int(threadIdx.x); i < ns * kC * wg; i += int(blockDim.x)) {
-    const int r = i % wg, j = i / wg % kC, s = i / (wg * kC);
-    *reinterpret_cast<uint4*>(&tile[s][r][16 * j]) = __ldcs(src + i);
-  }
-  __syncthreads();
-  for (int i = int(threadIdx.x); i < ns * wg * 32; i += int(blockDim.x)) {
-    const int grp = i % 32, r = i / 32 % wg, s = i / (32 * wg);
-    const int64_t n = g0 + r;
-    if (n < row0 || n >= row0 + rows) continue;
-    float f[8];
-    if constexpr (kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) ..
-      const uint8_t* t = tile[s][r];
-      const float d = f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(t + 2 * (grp >> 2)));
-      const uint2 q = *reinterpret_cast<const uint2*>(t + 16 + 8 * grp);
-      const uint32_t qw[2] = {q.x, q.y};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) f[e] = __fmul_rn(float(int8_t(qw[e >> 2] >> (8 * (e & 3)))), d);
-    } else {
-      QQ4_K::load8(tile[s][r], 8 * grp, f);
-    }
-    store_bf16_terms(hi, lo, (n - row0) * K + (s0 + s) * kSuperElems + 8 * grp, f);
-  }
+  if (wg == kGroup) dequantize_t32_group<kQ8, true>(tile, hi, lo, src, g0, s0, wg, ns, row0, rows, K);
+  else dequantize_t32_group<kQ8, false>(tile, hi, lo, src, g0, s0, wg, ns, row0, rows, K);
 }
 
 // Launches the dequantization of rows [row0, row0 + rows) of w: for the T32 layouts a block per (group

@@ -20,7 +20,7 @@
 //  - The warps' partial sums meet in shared memory in warp order. Nothing depends on R: a row
 //    has the same bits alone or among R.
 //  - Error: |y - w.x| <= 2^-20 sum_b max|x_b| sum_b |d sc q| plus the F32 epilogue's roundings
-//    (QuantGpuTest.MatmulIntT32*: measured <= 2e-7 of S' plus that term, Q4_K).
+//    (QuantGpuTest.MatmulQ4KT32 and MatmulQ8T32; Q4_K measured <= 2e-7 of S' plus that term).
 #pragma once
 
 #include "backend/cuda/block_gemv_geometry.h"

@@ -18,6 +18,9 @@ enum class DType : uint8_t {
   kQ8_0, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kMXFP4, kQ4_K_T32, kQ8_0_T32,
 };
 
+// kQ4_K_T32 or kQ8_0_T32: rows in groups of 32 whose bytes are permuted within the group.
+inline bool dtype_is_t32_layout(DType dtype) { return dtype == DType::kQ4_K_T32 || dtype == DType::kQ8_0_T32; }
+
 // Bytes of one element of a plain dtype; 0 for a block format (use dtype_row_bytes).
 size_t dtype_size(DType dtype);
 bool dtype_is_quantized(DType dtype);

@@ -39,8 +39,7 @@ struct Tensor {
   // last row.
   Tensor rows_slice(int64_t begin, int64_t n) const {
     KCHECK(begin >= 0 && n >= 0 && begin + n <= rows);
-    KCHECK_MSG((dtype != DType::kQ4_K_T32 && dtype != DType::kQ8_0_T32) ||
-                   (begin % 32 == 0 && (n % 32 == 0 || begin + n == rows)),
+    KCHECK_MSG(!dtype_is_t32_layout(dtype) || (begin % 32 == 0 && (n % 32 == 0 || begin + n == rows)),
                "rows_slice: rows [", begin, ", ", begin + n, ") of a ", dtype_name(dtype), " matrix of ", rows,
                " rows split one of its 32-row groups");
     Tensor t = *this;

@@ -115,7 +115,7 @@ void embed(const Context& ctx, const Tensor& out, const Tensor& table, const Ste
   if (out.rows == 0) return;
   // Token ids were validated on the host already (the plan is host data): check here too.
   for (int32_t id : plan.tokens) KCHECK_MSG(id >= 0 && id < table.rows, "token id ", id, " outside the vocabulary");
-  if (table.dtype == DType::kQ4_K_T32 || table.dtype == DType::kQ8_0_T32)
+  if (dtype_is_t32_layout(table.dtype))
     unsupported("embed: a ", dtype_name(table.dtype),
                 " table (Ops::upload_matrix's layout, for matmul only) cannot be gathered by rows");
   if (dtype_is_quantized(table.dtype)) {

@@ -51,12 +51,11 @@ inline bool is_unit_format(DType dt) {
   return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ8_0 ||
          dt == DType::kQ8_0_T32;
 }
-inline bool is_t32(DType dt) { return dt == DType::kQ4_K_T32 || dt == DType::kQ8_0_T32; }
 }  // namespace
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
 int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
   if (dt == DType::kQ4_K) return q4k_gemv::block_columns(K);
-  if (is_t32(dt)) return q4k_int::kGroup;
+  if (dtype_is_t32_layout(dt)) return q4k_int::kGroup;
   if (dt == DType::kQ6_K && q6k_gemv::supported(K)) return q6k_gemv::block_columns(K);
   return kGemvWarps * (is_unit_format(dt) && R == 1 ? kUnitCols<1> : kGemv1Cols);
 }
@@ -206,19 +205,10 @@ __device__ __forceinline__ void dequantize_t32_group(uint8_t (*tile)[q4k_int::kG
     const int64_t n = g0 + r;
     if (n < row0 || n >= row0 + rows) continue;
     float f[8];
-    if constexpr (kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) .., as QQ8_0::load8
+    if constexpr (kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) ..
       const uint8_t* t = tile[s][r];
-      const float d = f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(t + 2 * (grp >> 2)));
       const uint2 q = *reinterpret_cast<const uint2*>(t + 16 + 8 * grp);
-      constexpr float kOff = kMagic + 128.0f;  // the int8 quants offset by 128 (the sign bit flipped)
-      const uint32_t qw[2] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        f[4 * h + 0] = __fmul_rn(__fsub_rn(magic_byte<0>(qw[h]), kOff), d);
-        f[4 * h + 1] = __fmul_rn(__fsub_rn(magic_byte<1>(qw[h]), kOff), d);
-        f[4 * h + 2] = __fmul_rn(__fsub_rn(magic_byte<2>(qw[h]), kOff), d);
-        f[4 * h + 3] = __fmul_rn(__fsub_rn(magic_byte<3>(qw[h]), kOff), d);
-      }
+      QQ8_0::decode8(q.x, q.y, f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(t + 2 * (grp >> 2))), f);
     } else {
       QQ4_K::load8(tile[s][r], 8 * grp, f);
     }
@@ -249,7 +239,7 @@ __global__ void __launch_bounds__(256) dequantize_bf16_t32_kernel(__nv_bfloat16*
 void launch_dequantize_bf16(cudaStream_t stream, __nv_bfloat16* hi, __nv_bfloat16* lo, const Tensor& w, int64_t row0,
                             int64_t rows, int64_t K) {
   const auto* data = static_cast<const uint8_t*>(w.data);
-  if (is_t32(w.dtype)) {
+  if (dtype_is_t32_layout(w.dtype)) {
     const int64_t groups = (row0 + rows - 1) / q4k_int::kGroup - row0 / q4k_int::kGroup + 1;
     KCHECK_MSG(groups <= 65535, "matmul: ", rows, " rows of a ", dtype_name(w.dtype),
                " matrix in one dequantized tile");
@@ -311,7 +301,7 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   bool q4k = false, q6k = false, t32 = false;
   TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
-    if (is_t32(mt.dtype[m])) {
+    if (dtype_is_t32_layout(mt.dtype[m])) {
       t32 = true;
     } else if (mt.dtype[m] == DType::kQ4_K) {
       q4k = true;
@@ -377,7 +367,7 @@ static int64_t quant_mma_max_rows() {
 // kQ4_K_T32's 8-row GEMV (s8 mmas) reads ~1.2-1.5 TB/s and the tensor-core kernel does not take
 // its layout (nor kQ8_0_T32's): 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
 static int64_t gemv_pass_max_rows(DType dt) {
-  return is_t32(dt) ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
+  return dtype_is_t32_layout(dt) ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
 }
 
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to

@@ -191,13 +191,19 @@ __device__ __forceinline__ float q8_sum(int A, int B, int C) {
   return __ll2float_rn(static_cast<long long>(A) * 16384 + (B * 128 + C));
 }
 
+// The d of block i (0..7) of a Q8_0 super-block: 16-bit word i of its scales chunk c.
+__device__ __forceinline__ float q8_scale(const uint4& c, int i) {
+  const uint32_t word = (i & 4) ? ((i & 2) ? c.w : c.z) : ((i & 2) ? c.y : c.x);
+  return f16_bits_to_f32(uint16_t((i & 1) ? word >> 16 : word & 0xFFFF));
+}
+
 // Half h of a Q8_0 super-block of the lane's column: c[0] its scales chunk, c[1 + j] quant chunk
 // 1 + 8 h + j; terms at the half's first element (words), units at its first block.
 __device__ __forceinline__ float q8_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
                                          const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                          const float* __restrict__ unit, float y) {
 #pragma unroll
-  for (int b = 0; b < 4; ++b) {  // block 4 h + b: its d is 16-bit word 4 h + b of the scales chunk
+  for (int b = 0; b < 4; ++b) {  // block 4 h + b
     int acc[3] = {0, 0, 0};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -212,9 +218,7 @@ __device__ __forceinline__ float q8_half(const uint4 (&c)[kChunks], int h, const
         for (int t = 0; t < 3; ++t)
           acc[t] = __dp4a(int(ws[i]), int(reinterpret_cast<const uint32_t*>(&xt[t])[i]), acc[t]);
     }
-    const uint32_t word = b < 2 ? (h ? c[0].z : c[0].x) : (h ? c[0].w : c[0].y);
-    const float d = f16_bits_to_f32(uint16_t((b & 1) ? word >> 16 : word & 0xFFFF));
-    y = __fmaf_rn(__fmul_rn(d, unit[b]), q8_sum(acc[0], acc[1], acc[2]), y);
+    y = __fmaf_rn(__fmul_rn(q8_scale(c[0], 4 * h + b), unit[b]), q8_sum(acc[0], acc[1], acc[2]), y);
   }
   return y;
 }
@@ -313,9 +317,7 @@ __device__ __forceinline__ void rows_block_q8(const uint32_t (&wd)[2][2][2], con
     for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const uint32_t hw[4] = {hdr[mt][hh].x, hdr[mt][hh].y, hdr[mt][hh].z, hdr[mt][hh].w};
-      const uint32_t word = hw[b >> 1];
-      const float sc = f16_bits_to_f32(uint16_t((b & 1) ? word >> 16 : word & 0xFFFF));
+      const float sc = q8_scale(hdr[mt][hh], b);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int j = 2 * hh + i;

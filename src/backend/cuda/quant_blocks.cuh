@@ -61,12 +61,16 @@ struct QQ8_0 {
   static constexpr DType kDType = DType::kQ8_0;
   __device__ __forceinline__ static void load8(const uint8_t* row, int64_t k, float (&f)[8]) {
     const uint8_t* b = row + (k / 32) * kBlockBytes;
-    const float d = f16_bits_to_f32(ld_u16(b));
     const uint8_t* q = b + 2 + (k & 31);  // 2-byte aligned
+    decode8(ld_u32_a2(q), ld_u32_a2(q + 4), f16_bits_to_f32(ld_u16(b)), f);
+  }
+  // 8 quants (q0: the first 4, a byte each) under the block's scale d as ggml's values q d.
+  __device__ __forceinline__ static void decode8(uint32_t q0, uint32_t q1, float d, float (&f)[8]) {
     constexpr float kOff = kMagic + 128.0f;  // the int8 quants offset by 128 (the sign bit flipped)
+    const uint32_t words[2] = {q0, q1};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint32_t v = ld_u32_a2(q + 4 * i) ^ 0x80808080u;
+      const uint32_t v = words[i] ^ 0x80808080u;
       f[4 * i + 0] = __fmul_rn(__fsub_rn(magic_byte<0>(v), kOff), d);
       f[4 * i + 1] = __fmul_rn(__fsub_rn(magic_byte<1>(v), kOff), d);
       f[4 * i + 2] = __fmul_rn(__fsub_rn(magic_byte<2>(v), kOff), d);

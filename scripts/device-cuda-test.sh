@@ -66,7 +66,7 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   # the embedding fused with the first norm (2026-12-06; the one-launch argmax is GpuTest.Argmax above)
   kernels+=':GpuTest.EmbedRmsNorm*'
   # the integer-dot Q4_K GEMV over kQ4_K_T32 (landed 2026-12-06, thirty-sixth session)
-  kernels+=':QuantGpuTest.MatmulQ4KT32:QuantGpuTest.MatmulQ8T32'
+  kernels+=':QuantGpuTest.MatmulQ4KT32:QuantGpuTest.MatmulQ8T32:QuantGpuTest.MatmulQ6KT32'
   # SANITIZE_TESTS replaces the list (a gtest filter); SANITIZE_TIMEOUT the time box of each tool.
   kernels="${SANITIZE_TESTS:-$kernels}"
   for tool in memcheck racecheck; do

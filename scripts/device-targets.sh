@@ -7,12 +7,15 @@
 # pp-profile: the phase profiles of a 512-token prefill step of the GGUF and of the bf16
 # checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and
 # prints the tables. q8-ab: the q8_0 GGUF's decode and 512-token prefill with its Q8_0 row-major
-# and in the integer-dot GEMV's layout. Its logs and JSON go under OUT_DIR; a device call brings
-# back at most 8 files, so run it through scripts/device-call.sh, which keeps the output and JSON:
+# and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
+# with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout. Its logs and
+# JSON go under OUT_DIR; a device call brings back at most 8 files, so run it through
+# scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab ...]   (default: 9b q4km 35b)
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab ...]
+#          (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
 out=${2:?OUT_DIR}
@@ -45,8 +48,13 @@ for w in $which; do
         KESTREL_CUDA_Q8_0_INT=$v bash scripts/device-bench-gguf.sh "$out/q8-int$v" Qwen3.5-9B qwen35-9b q8_0 -p 512 \
           -n 64 -b 1,8 -r 2 2>&1 | sed "s/^==/== KESTREL_CUDA_Q8_0_INT=$v/" | show
       done ;;
+    q6-ab)  # the q4_k_m GGUF, its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout
+      for v in 0 1; do
+        KESTREL_CUDA_Q6K_INT=$v bash scripts/device-bench-gguf.sh "$out/q6-int$v" Qwen3.5-9B qwen35-9b q4_k_m -p 512 \
+          -n 64 -b 1,8 -r 2 2>&1 | sed "s/^==/== KESTREL_CUDA_Q6K_INT=$v/" | show
+      done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile or q8-ab)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab or q6-ab)"; exit 2 ;;
   esac
   el "$w"
 done

@@ -23,7 +23,7 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kQ8_0, "Q8_0", 34, 32},   {DType::kQ5_0, "Q5_0", 22, 32},   {DType::kQ5_1, "Q5_1", 24, 32},
     {DType::kQ4_K, "Q4_K", 144, 256}, {DType::kQ5_K, "Q5_K", 176, 256}, {DType::kQ6_K, "Q6_K", 210, 256},
     {DType::kMXFP4, "MXFP4", 17, 32}, {DType::kQ4_K_T32, "Q4_K_T32", 144, 256},
-    {DType::kQ8_0_T32, "Q8_0_T32", 34, 32},
+    {DType::kQ8_0_T32, "Q8_0_T32", 34, 32}, {DType::kQ6_K_T32, "Q6_K_T32", 210, 256},
 };
 
 const DTypeInfo* find(DType dtype) {

@@ -10,16 +10,18 @@ namespace kestrel {
 // The block formats (kQ8_0 ...) are ggml's quantized layouts (quant/blocks.h): a row of `cols`
 // elements is cols / dtype_block_elems blocks of dtype_block_bytes bytes. They are weight dtypes
 // only (matrices [out, in] whose rows are whole blocks); activations are never quantized.
-// kQ4_K_T32 and kQ8_0_T32 are device layouts, never a file's: Q4_K's / Q8_0's bytes permuted
-// within groups of 32 rows (backend/cuda/block_gemv_geometry.h, q4k_int::chunk_offset), the same
+// kQ4_K_T32, kQ8_0_T32 and kQ6_K_T32 are device layouts, never a file's: Q4_K's / Q8_0's / Q6_K's
+// bytes permuted within groups of 32 rows (backend/cuda/block_gemv_geometry.h, q4k_int), the same
 // bytes in all, which the CUDA backend's upload_matrix makes of a matrix only its matmuls read.
 enum class DType : uint8_t {
   kF32, kF16, kBF16, kI32, kI64, kU8, kBool, kF64, kI8, kI16,
-  kQ8_0, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kMXFP4, kQ4_K_T32, kQ8_0_T32,
+  kQ8_0, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kMXFP4, kQ4_K_T32, kQ8_0_T32, kQ6_K_T32,
 };
 
-// kQ4_K_T32 or kQ8_0_T32: rows in groups of 32 whose bytes are permuted within the group.
-inline bool dtype_is_t32_layout(DType dtype) { return dtype == DType::kQ4_K_T32 || dtype == DType::kQ8_0_T32; }
+// kQ4_K_T32, kQ8_0_T32 or kQ6_K_T32: rows in groups of 32 whose bytes are permuted within the group.
+inline bool dtype_is_t32_layout(DType dtype) {
+  return dtype == DType::kQ4_K_T32 || dtype == DType::kQ8_0_T32 || dtype == DType::kQ6_K_T32;
+}
 
 // Bytes of one element of a plain dtype; 0 for a block format (use dtype_row_bytes).
 size_t dtype_size(DType dtype);

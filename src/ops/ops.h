@@ -153,7 +153,8 @@ class Ops {
   virtual Buffer upload(const Tensor& host) = 0;                        // copy of a host tensor
   // A weight matrix that only matmul and matmul_multi will read (never gathered as rows, never
   // sliced but at multiples of 32 rows): the backend may keep it in a layout of its own, with a
-  // dtype of its own (CUDA: a Q4_K matrix as DType::kQ4_K_T32, Q8_0 as kQ8_0_T32). By default, upload.
+  // dtype of its own (CUDA: a Q4_K matrix as DType::kQ4_K_T32, Q8_0 as kQ8_0_T32, Q6_K as
+  // kQ6_K_T32). By default, upload.
   virtual Buffer upload_matrix(const Tensor& host) { return upload(host); }
   virtual void to_host(const Tensor& src, void* dst) = 0;               // blocking copy
   // Blocking copy of an F32 or F64 tensor as floats (F64 rounded once): logits and captured

@@ -34,9 +34,9 @@ struct Tensor {
     return static_cast<float*>(data);
   }
   // Rows [begin, begin + n) of this view.
-  // A kQ4_K_T32 or kQ8_0_T32 matrix's rows are laid out in groups of 32 (the last one partial): a
-  // slice must keep whole groups, starting at a multiple of 32 rows and ending at one or at the
-  // last row.
+  // A T32-layout matrix's rows (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32) are laid out in groups of 32
+  // (the last one partial): a slice must keep whole groups, starting at a multiple of 32 rows and
+  // ending at one or at the last row.
   Tensor rows_slice(int64_t begin, int64_t n) const {
     KCHECK(begin >= 0 && n >= 0 && begin + n <= rows);
     KCHECK_MSG(!dtype_is_t32_layout(dtype) || (begin % 32 == 0 && (n % 32 == 0 || begin + n == rows)),

@@ -116,8 +116,11 @@ class QuantGpuTest : public GpuTest {
   }
   static bool unit_gemv(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
   CudaOps& cuda() { return static_cast<CudaOps&>(gpu()); }
-  void check_int_t32(DType dt);         // MatmulQ4KT32, MatmulQ8T32
-  void check_multi_with_t32(DType dt);  // likewise
+  void check_int_t32(DType dt);                      // MatmulQ4KT32, MatmulQ8T32, MatmulQ6KT32
+  void check_multi_with_t32(DType dt, DType other);  // likewise
+  static DType t32_of(DType dt) {
+    return dt == DType::kQ4_K ? DType::kQ4_K_T32 : dt == DType::kQ8_0 ? DType::kQ8_0_T32 : DType::kQ6_K_T32;
+  }
 
   // GPU matmul of x by the block matrix w vs the double reference, within the bound above;
   // returns the largest |err| / S (S' for the unit GEMV).
@@ -339,24 +342,29 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
   }
 }
 
-// The T32 layouts Ops::upload_matrix gives a Q4_K matrix (kQ4_K_T32) and a Q8_0 one of whole
-// 256-element super-blocks (kQ8_0_T32), read by the integer-dot GEMV (q4k_int_gemv.cuh), against
-// the double reference of the row-major matrix. Each 32 values of x become x^ with |x - x^| <=
-// 2^-20 max|x| of the 32, the block dots are exact integers, and the F32 epilogue (scale, min,
-// Q8_0's rounding of Q, the slices' sums) adds a few roundings of S', so per element |err| <=
-// 2^-20 sum_b max|x_b| sum_b |s q| + 2^-18 S' (the test: 2^-16 of their sum, the measured worst
-// ~2e-7 for Q4_K). Up to 64 rows take the GEMV (8-row passes on s8 mmas): every row has the bits
-// it has alone. Past 64 the prefill path dequantizes the same values as the row-major matrix's,
-// so its bits are the row-major matrix's. Shapes: whole groups and a partial one (100, 33 rows),
-// slices of uneven length (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256: warps with
-// none).
+// The T32 layouts Ops::upload_matrix gives a Q4_K matrix (kQ4_K_T32), a Q8_0 one of whole
+// 256-element super-blocks (kQ8_0_T32) and a Q6_K one whose rows are a multiple of 8 (kQ6_K_T32),
+// read by the integer-dot GEMV (q4k_int_gemv.cuh), against the double reference of the row-major
+// matrix. Each 32 values of x become x^ with |x - x^| <= 2^-20 max|x| of the 32, the block dots
+// are exact integers, and the F32 epilogue (scale, min, Q8_0's rounding of Q, the slices' sums)
+// adds a few roundings of S', so per element |err| <= 2^-20 sum_b max|x_b| sum_b |s q| + 2^-18 S'
+// (the test: 2^-16 of their sum, the measured worst ~2e-7 for Q4_K). Up to 64 rows take the GEMV
+// (8-row passes on s8 mmas): every row has the bits it has alone. Past 64 the prefill path
+// dequantizes the same values as the row-major matrix's, so its bits are the row-major matrix's.
+// Shapes: whole groups and a partial one (100, 33 rows; Q6_K: 104, 40), slices of uneven length
+// (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256: warps with none).
 void QuantGpuTest::check_int_t32(DType dt) {
-  const DType t32 = dt == DType::kQ4_K ? DType::kQ4_K_T32 : DType::kQ8_0_T32;
-  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}}) {
+  const DType t32 = t32_of(dt);
+  const bool q6 = dt == DType::kQ6_K;
+  const auto shapes = q6 ? std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {104, 1024}, {40, 2560}, {64, 256}}
+                         : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}};
+  for (auto [N, K] : shapes) {
     Buffer w = quantized(dt, N, K);
     Buffer dw = gpu().upload_matrix(w), rm = up(w);
     ASSERT_EQ(dw.view().dtype, t32);
-    Buffer wf = dequantized(w), mq = mins(w);  // w and -m of each element
+    // w and -m of each element (Q6_K's integer dot sums q - 32 itself: no min)
+    Buffer wf = dequantized(w), mq = mins(w);
+    if (q6) std::fill_n(mq.view().f32(), size_t(N * K), 0.0f);
     for (int T : {1, 3, 8, 20, 70}) {
       Buffer x = random(T, K), dx = up(x), out = gpu().alloc(DType::kF32, T, N);
       gpu().matmul(out, dx, dw);
@@ -404,12 +412,15 @@ void QuantGpuTest::check_int_t32(DType dt) {
   }
 }
 
-// matmul_multi with T32 matrices beside other formats in one launch: each as alone.
-void QuantGpuTest::check_multi_with_t32(DType dt) {
+// matmul_multi with T32 matrices beside other formats in one launch: each as alone. `other`: the
+// format of a second T32 matrix in the launch.
+void QuantGpuTest::check_multi_with_t32(DType dt, DType other) {
   const int64_t K = 1024;
   Buffer a = quantized(dt, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(dt, 40, K);
-  Buffer d = quantized(dt == DType::kQ4_K ? DType::kQ8_0 : DType::kQ4_K, 64, K);
+  Buffer d = quantized(other, 64, K);
   Buffer da = gpu().upload_matrix(a), db = up(b), dc = up(c), dd = gpu().upload_matrix(d);
+  ASSERT_EQ(da.view().dtype, t32_of(dt));
+  ASSERT_EQ(dd.view().dtype, t32_of(other));
   for (int T : {1, 5}) {
     Buffer dx = up(random(T, K));
     std::vector<Buffer> outs;
@@ -431,23 +442,32 @@ void QuantGpuTest::check_multi_with_t32(DType dt) {
 // (a Q4_K_T32 matrix beside Q6_K, row-major Q4_K and Q8_0_T32)
 TEST_F(QuantGpuTest, MatmulQ4KT32) {
   check_int_t32(DType::kQ4_K);
-  check_multi_with_t32(DType::kQ4_K);
+  check_multi_with_t32(DType::kQ4_K, DType::kQ8_0);
 }
 
 // (a Q8_0_T32 matrix beside Q6_K, row-major Q8_0 and Q4_K_T32)
 TEST_F(QuantGpuTest, MatmulQ8T32) {
   check_int_t32(DType::kQ8_0);
-  check_multi_with_t32(DType::kQ8_0);
+  check_multi_with_t32(DType::kQ8_0, DType::kQ4_K);
+}
+
+// (a Q6_K_T32 matrix beside row-major Q6_K and Q4_K_T32, as a Q4_K_M layer's projections, and
+// beside Q8_0_T32; a Q6_K matrix whose rows are not a multiple of 8 stays row-major)
+TEST_F(QuantGpuTest, MatmulQ6KT32) {
+  check_int_t32(DType::kQ6_K);
+  check_multi_with_t32(DType::kQ6_K, DType::kQ4_K);
+  check_multi_with_t32(DType::kQ6_K, DType::kQ8_0);
+  EXPECT_EQ(gpu().upload_matrix(quantized(DType::kQ6_K, 36, 512)).view().dtype, DType::kQ6_K);
 }
 
 // The prefill path over a T32 matrix of more than one dequantized tile (64 MiB of BF16: 4200 x
 // 8192 takes two, the second ending in a group of 8 rows) gives the row-major matrix's bits.
 TEST_F(QuantGpuTest, MatmulT32PrefillTiles) {
   const int64_t N = 4200, K = 8192, T = 70;
-  for (DType dt : {DType::kQ4_K, DType::kQ8_0}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}) {
     Buffer w = quantized(dt, N, K);
     Buffer dw = gpu().upload_matrix(w), rm = up(w);
-    ASSERT_EQ(dw.view().dtype, dt == DType::kQ4_K ? DType::kQ4_K_T32 : DType::kQ8_0_T32);
+    ASSERT_EQ(dw.view().dtype, t32_of(dt));
     Buffer dx = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N), ref = gpu().alloc(DType::kF32, T, N);
     for (MatmulPrecision p : {MatmulPrecision::kBf16, MatmulPrecision::kBf16x3}) {
       cuda().set_matmul_precision(p);
@@ -631,9 +651,9 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
       std::vector<Buffer> turns;  // dw and its copies, 256 MB in all
       turns.push_back(std::move(dw));
       while (double(turns.size()) * bytes < 256e6) turns.push_back(up(w));
-      // Q4_K and Q8_0 also in the layout Ops::upload_matrix gives the Qwen line's projections (T32)
+      // Q4_K, Q8_0 and Q6_K also in the layout Ops::upload_matrix gives the Qwen line's projections (T32)
       std::vector<Buffer> t32_turns;
-      if (dt == DType::kQ4_K || dt == DType::kQ8_0)
+      if (dt == DType::kQ4_K || dt == DType::kQ8_0 || dt == DType::kQ6_K)
         while (double(t32_turns.size()) * bytes < 256e6) t32_turns.push_back(gpu().upload_matrix(w));
       for (const std::vector<Buffer>* ts : {&turns, &t32_turns}) {
         if (ts->empty()) continue;
@@ -665,7 +685,7 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
                       env ? env : "unset");
         }
       }
-      if (N == 12288 && !t32_turns.empty()) {  // Q4_K and Q8_0
+      if (N == 12288 && !t32_turns.empty()) {  // Q4_K, Q8_0 and Q6_K
         // the prefill path: a 512-row step (the engine's chunk) and 2048 rows, in both layouts
         for (const Buffer* m : std::initializer_list<const Buffer*>{&dw0, &t32_turns[0]})
           for (int T : {512, 2048}) {

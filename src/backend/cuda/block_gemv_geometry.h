@@ -117,19 +117,23 @@ KESTREL_HD constexpr int roundings(int64_t K) {
 
 }  // namespace kestrel::q6k_gemv
 
-// The integer-dot Q4_K and Q8_0 GEMVs (q4k_int_gemv.cuh) and their device layouts,
-// DType::kQ4_K_T32 and kQ8_0_T32: a [N, K] matrix's rows in groups of 32 (the last one w = N % 32
-// rows if that is not 0), each group its rows' super-blocks (256 elements: one Q4_K block, eight
-// Q8_0 blocks) in K order, and a super-block tile (w rows x 144 or 272 bytes) stored as chunks of
-// 16 bytes, chunk-major: Q4_K's 9 chunks are its bytes in order (the header chunk first); Q8_0's
-// 17 are the eight blocks' scales d (chunk 0: 16-bit word b the d of block b), then their quants
-// (chunks 1 + 2b and 2 + 2b: block b's 32). A warp's 16-byte loads, a lane a row, then read w 16
-// contiguous bytes. The bytes of rows 32g .. 32g + w - 1 are a permutation of what they are
-// row-major, so a slice that keeps whole groups keeps its row-major byte range.
+// The integer-dot Q4_K, Q8_0 and Q6_K GEMVs (q4k_int_gemv.cuh) and their device layouts,
+// DType::kQ4_K_T32, kQ8_0_T32 and kQ6_K_T32: a [N, K] matrix's rows in groups of 32 (the last one
+// w = N % 32 rows if that is not 0), each group its rows' super-blocks (256 elements: one Q4_K or
+// Q6_K block, eight Q8_0 blocks) in K order, and a super-block tile (w rows x 144, 272 or 210
+// bytes) stored as chunks of 16 bytes, chunk-major: Q4_K's 9 chunks are its bytes in order (the
+// header chunk first); Q8_0's 17 are the eight blocks' scales d (chunk 0: 16-bit word b the d of
+// block b), then their quants (chunks 1 + 2b and 2 + 2b: block b's 32); Q6_K's 13 are its first
+// 208 bytes in order (ql: chunks 0-7, qh: 8-11, the 16 scales: 12), and its d follows them, the w
+// rows' d's side by side (2 w bytes: the tile is 210 w bytes, so w is a multiple of 8 to keep the
+// chunks 16-byte aligned). A warp's 16-byte loads, a lane a row, then read w 16 contiguous bytes.
+// The bytes of rows 32g .. 32g + w - 1 are a permutation of what they are row-major, so a slice
+// that keeps whole groups keeps its row-major byte range.
 namespace kestrel::q4k_int {
 
 constexpr int kSuperElems = 256, kSuperBytes = 144, kChunks = 9, kGroup = 32;
 constexpr int kQ8Chunks = 17;  // a Q8_0 super-block's chunks (272 bytes)
+constexpr int kQ6Chunks = 13, kQ6SuperBytes = 210;  // a Q6_K super-block's chunks, and its bytes with d
 constexpr int kWarps = block_gemv_layout::kWarps;  // a block's warps: slices of one group's super-blocks
 
 // Byte offset of chunk j (Q4_K, chunks = kChunks: 0 d, dmin and the scales, 1 .. 8 quant bytes
@@ -162,6 +166,42 @@ inline void to_q8_tile_layout(const uint8_t* src, int64_t N, int64_t S, uint8_t*
       }
     }
 }
+// Byte offset of chunk j (0 .. 12: the row-major bytes 16 j .. 16 j + 15) of Q6_K super-block s of
+// row n, and of its d, in a kQ6_K_T32 matrix of N rows (N % 8 == 0) of S super-blocks.
+KESTREL_HD constexpr int64_t q6_chunk_offset(int64_t N, int64_t S, int64_t n, int64_t s, int j) {
+  const int64_t g0 = n / kGroup * kGroup, w = N - g0 < kGroup ? N - g0 : kGroup;
+  return (g0 * S + s * w) * kQ6SuperBytes + (j * w + (n - g0)) * 16;
+}
+KESTREL_HD constexpr int64_t q6_d_offset(int64_t N, int64_t S, int64_t n, int64_t s) {
+  const int64_t g0 = n / kGroup * kGroup, w = N - g0 < kGroup ? N - g0 : kGroup;
+  return (g0 * S + s * w) * kQ6SuperBytes + kQ6Chunks * 16 * w + (n - g0) * 2;
+}
+// dst (N S 210 bytes) = the kQ6_K_T32 layout of src, a row-major Q6_K matrix of N rows (a
+// multiple of 8) of S super-blocks.
+inline void to_q6_tile_layout(const uint8_t* src, int64_t N, int64_t S, uint8_t* dst) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s) {
+      const uint8_t* sb = src + size_t(n * S + s) * kQ6SuperBytes;
+      for (int j = 0; j < kQ6Chunks; ++j) std::memcpy(dst + q6_chunk_offset(N, S, n, s, j), sb + 16 * j, 16);
+      std::memcpy(dst + q6_d_offset(N, S, n, s), sb + 16 * kQ6Chunks, 2);
+    }
+}
+// The integer-dot Q6_K GEMV's quants: four of them as the s8 bytes 4 (q - 32), q the 6-bit value
+// (a nibble and 2 high bits). q6_bytes: nib holds each nibble in bits 2..5 of its byte, hb the
+// high bits in bits 6, 7 (their other bits any); flipping the top bit makes q - 32 of the 6-bit
+// value, which the byte holds times 4. q6_quarter: quarter r (0 .. 3) of a half super-block's 128
+// values, 4 of them (l .. l + 3 of the quarter), from the ql word at l (r even) or at 32 + l (r
+// odd), low nibbles for r < 2 and high ones after, and the qh word at l, its bits 2r, 2r + 1
+// (ggml's order). q6_sum: a sub-block's Q = sum q (16384 a + 128 b + c) from the sums over the
+// bytes 4q (|sum 4q a| <= 16 128 64 = 2^17): 4096 A + 32 B + C / 4, exact (C a multiple of 4,
+// |Q| < 2^30).
+KESTREL_HD constexpr uint32_t q6_bytes(uint32_t nib, uint32_t hb) {
+  return (nib & 0x3C3C3C3Cu) | ((hb & 0xC0C0C0C0u) ^ 0x80808080u);
+}
+KESTREL_HD constexpr uint32_t q6_quarter(uint32_t ql, uint32_t qh, int r) {
+  return q6_bytes(r < 2 ? ql << 2 : ql >> 2, qh << (6 - 2 * r));
+}
+KESTREL_HD constexpr int32_t q6_sum(int32_t A, int32_t B, int32_t C) { return A * 4096 + B * 32 + (C >> 2); }
 // Warp p's slice of a row's S super-blocks: [slice_first(S, p), slice_first(S, p + 1)).
 KESTREL_HD constexpr int slice_first(int64_t S, int p) { return int(S * p / kWarps); }
 KESTREL_HD constexpr int longest_slice(int64_t S) { return int((S + kWarps - 1) / kWarps); }

@@ -315,15 +315,19 @@ Buffer CudaOps::upload(const Tensor& host) {
 
 Buffer CudaOps::upload_matrix(const Tensor& host) {
   KCHECK(host.device == Device::kCpu);
-  // KESTREL_CUDA_Q4K_INT=0 keeps Q4_K matrices row-major (the copy-engine GEMV), and
-  // KESTREL_CUDA_Q8_0_INT=0 Q8_0 ones (the unit GEMV), to compare
+  // KESTREL_CUDA_Q4K_INT=0 keeps Q4_K matrices row-major (the copy-engine GEMV),
+  // KESTREL_CUDA_Q8_0_INT=0 Q8_0 ones (the unit GEMV) and KESTREL_CUDA_Q6K_INT=0 Q6_K ones (the
+  // copy-engine or unit GEMV), to compare
   static const auto off = [](const char* name) {
     const char* v = std::getenv(name);
     return v && v[0] == '0';
   };
-  static const bool q4k = !off("KESTREL_CUDA_Q4K_INT"), q8 = !off("KESTREL_CUDA_Q8_0_INT");
+  static const bool q4k = !off("KESTREL_CUDA_Q4K_INT"), q8 = !off("KESTREL_CUDA_Q8_0_INT"),
+                    q6k = !off("KESTREL_CUDA_Q6K_INT");
+  // (Q6_K: rows a multiple of 8, so that a partial last group's tile keeps its chunks aligned)
   const bool tile = host.nbytes() != 0 && host.cols % q4k_int::kSuperElems == 0 &&
-                    ((host.dtype == DType::kQ4_K && q4k) || (host.dtype == DType::kQ8_0 && q8));
+                    ((host.dtype == DType::kQ4_K && q4k) || (host.dtype == DType::kQ8_0 && q8) ||
+                     (host.dtype == DType::kQ6_K && q6k && host.rows % 8 == 0));
   if (!tile) return upload(host);
   const int64_t N = host.rows, S = host.cols / q4k_int::kSuperElems;
   std::vector<uint8_t> t32(host.nbytes());
@@ -332,6 +336,9 @@ Buffer CudaOps::upload_matrix(const Tensor& host) {
   if (host.dtype == DType::kQ4_K) {
     q4k_int::to_tile_layout(src, N, S, t32.data());
     t.dtype = DType::kQ4_K_T32;
+  } else if (host.dtype == DType::kQ6_K) {
+    q4k_int::to_q6_tile_layout(src, N, S, t32.data());
+    t.dtype = DType::kQ6_K_T32;
   } else {
     q4k_int::to_q8_tile_layout(src, N, S, t32.data());
     t.dtype = DType::kQ8_0_T32;

@@ -49,9 +49,10 @@ class CudaOps final : public Ops, public StepGraphs {
 
   Buffer alloc(DType dtype, int64_t rows, int64_t cols) override;
   Buffer upload(const Tensor& host) override;
-  // A Q4_K matrix becomes DType::kQ4_K_T32 and a Q8_0 one of whole 256-element super-blocks
-  // DType::kQ8_0_T32 (their bytes permuted in groups of 32 rows, q4k_int::chunk_offset: the
-  // integer-dot GEMV's layouts); anything else, upload.
+  // A Q4_K matrix becomes DType::kQ4_K_T32, a Q8_0 one of whole 256-element super-blocks
+  // DType::kQ8_0_T32, and a Q6_K one whose rows are a multiple of 8 DType::kQ6_K_T32 (their bytes
+  // permuted in groups of 32 rows, block_gemv_geometry.h's q4k_int: the integer-dot GEMV's
+  // layouts); anything else, upload.
   Buffer upload_matrix(const Tensor& host) override;
   void to_host(const Tensor& src, void* dst) override;
   void zero(const Tensor& t) override;

@@ -48,8 +48,8 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
 inline bool is_unit_format(DType dt) {
-  return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ8_0 ||
-         dt == DType::kQ8_0_T32;
+  return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ6_K_T32 ||
+         dt == DType::kQ8_0 || dt == DType::kQ8_0_T32;
 }
 }  // namespace
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
@@ -83,17 +83,26 @@ struct TmaMaps {
   CUtensorMap map[kMultiMax];
 };
 
-// The formats one instantiation holds. kQ4Units / kQ8Units: every matrix is Q4_K, Q6_K or Q8_0
-// (a Q4_K_M or Q8_0 model's launches), with the integer-dot GEMV of Q4_K_T32 or of Q8_0_T32 but
-// not both (each added to the other's one-row kernel costs it registers: holding both, the
-// Q4_K_M's one-row kernel spilled 20 bytes instead of 16, and its decode measured 326.4 t/s on
-// an H100 against 333.6-336.2 on others), so the kernel holds only those GEMVs and, for one row,
-// is capped at 128 registers (2 blocks per SM, as many as the Q4_K GEMV's 99 KiB allow; it takes
-// 121 without spilling, the Q6_K GEMV's 80 KiB likewise. An older Q4_K kernel, capped at 80 for 3
-// blocks, spilled and measured slower); R > 1 is not capped (at 128 registers it spilled ~140
-// bytes and T = 8 ran at 60% of the speed; uncapped it needs up to 255, no spills). kAll, the
-// general kernel, holds every format. A matrix's code, and so its bits, is the same in all.
-enum class FormatSet { kAll, kQ4Units, kQ8Units };
+// The formats one instantiation holds. kQ4Units / kQ46Units / kQ8Units: every matrix is Q4_K,
+// Q6_K or Q8_0 (a Q4_K_M or Q8_0 model's launches), with the integer-dot GEMVs of Q4_K_T32
+// (kQ4Units), of Q4_K_T32 and Q6_K_T32 (kQ46Units: a Q4_K_M layer's launches that hold a Q6_K
+// projection) or of Q8_0_T32, so that each holds only the GEMVs its launches need: each added to
+// another's one-row kernel costs it registers (holding Q4_K_T32 and Q8_0_T32, the Q4_K_M's
+// one-row kernel spilled 20 bytes instead of 16, and its decode measured 326.4 t/s on an H100
+// against 333.6-336.2 on others; holding Q4_K_T32 and Q6_K_T32 it spills 12 bytes, loading 64
+// instead of 36). For one row the kernel is capped at 128 registers (2 blocks per SM, as many as
+// the Q4_K GEMV's 99 KiB allow; it takes 121 without spilling, the Q6_K GEMV's 80 KiB likewise.
+// An older Q4_K kernel, capped at 80 for 3 blocks, spilled and measured slower); R > 1 is not
+// capped (at 128 registers it spilled ~140 bytes and T = 8 ran at 60% of the speed; uncapped it
+// needs up to 255, no spills). kAll, the general kernel, holds every format. A matrix's code, and
+// so its bits, is the same in all.
+enum class FormatSet { kAll, kQ4Units, kQ46Units, kQ8Units };
+template <FormatSet kSet>
+constexpr bool kHoldsQ4Int = kSet != FormatSet::kQ8Units;
+template <FormatSet kSet>
+constexpr bool kHoldsQ6Int = kSet == FormatSet::kAll || kSet == FormatSet::kQ46Units;
+template <FormatSet kSet>
+constexpr bool kHoldsQ8Int = kSet == FormatSet::kAll || kSet == FormatSet::kQ8Units;
 template <int R, FormatSet kSet>
 __global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R == 1 ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
@@ -106,15 +115,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R 
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
-  if constexpr (kSet != FormatSet::kQ8Units) {
+  if constexpr (kHoldsQ4Int<kSet>) {
     if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-      gemv_int_block<R, false>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      gemv_int_block<R, IntFormat::kQ4>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
       return;
     }
   }
-  if constexpr (kSet != FormatSet::kQ4Units) {
+  if constexpr (kHoldsQ8Int<kSet>) {
     if (dt == DType::kQ8_0_T32) {  // likewise
-      gemv_int_block<R, true>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      gemv_int_block<R, IntFormat::kQ8>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      return;
+    }
+  }
+  if constexpr (kHoldsQ6Int<kSet>) {
+    if (dt == DType::kQ6_K_T32) {  // likewise
+      gemv_int_block<R, IntFormat::kQ6>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
       return;
     }
   }
@@ -174,30 +189,52 @@ __global__ void dequantize_bf16_kernel(__nv_bfloat16* __restrict__ hi,  // [rows
   }
 }
 
-// The same for a kQ4_K_T32 (kQ8: kQ8_0_T32) matrix of N rows in all. A group's super-block tiles
-// are contiguous (q4k_int::chunk_offset), so a block takes one group of 32 rows and kDqSupers
-// super-blocks: it copies their tiles into shared memory by coalesced 16-byte loads, each row's
-// chunks together (a Q4_K row's super-block is then its row-major bytes, decoded through
-// QQ4_K::load8; a Q8_0 row's is its scales chunk and quant chunks, decoded as QQ8_0::load8
-// would: q d), then decodes them, a warp one row's super-block (a thread a group of 8, the
-// stores contiguous). Reading each group of 8 at its chunk's place in global memory, as it did
-// first, loaded a 16-byte header and a 16-byte chunk 512 bytes from the neighbouring thread's
-// for every 8 weights.
+// The same for a T32-layout matrix (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32: format F) of N rows in all.
+// A group's super-block tiles are contiguous (block_gemv_geometry.h), so a block takes one group
+// of 32 rows and kDqSupers super-blocks: it copies their tiles into shared memory by coalesced
+// 16-byte loads, each row's chunks together (a Q4_K or Q6_K row's super-block is then its
+// row-major bytes, decoded through QQ4_K::load8 / QQ6_K::load8; a Q8_0 row's is its scales chunk
+// and quant chunks, decoded as QQ8_0::load8 would: q d), then decodes them, a warp one row's
+// super-block (a thread a group of 8, the stores contiguous). Reading each group of 8 at its
+// chunk's place in global memory, as it did first, loaded a 16-byte header and a 16-byte chunk
+// 512 bytes from the neighbouring thread's for every 8 weights.
 constexpr int kDqSupers = 2;
+// A row's super-block in the shared tile: its chunks (Q6_K: and d, 210 bytes, padded to 224 so
+// that every row's chunks stay 16-byte aligned).
+template <IntFormat F>
+constexpr int kDqPitch = F == IntFormat::kQ6 ? 224 : kIntSuperBytes<F>;
 // The block's work over a group of wg rows (kFull: wg is a whole group, the divisions by it
 // constants; the last group of a matrix may be partial).
-template <bool kQ8, bool kFull>
-__device__ __forceinline__ void dequantize_t32_group(uint8_t (*tile)[q4k_int::kGroup][16 * (kQ8 ? q4k_int::kQ8Chunks
-                                                                                               : q4k_int::kChunks)],
+template <IntFormat F, bool kFull>
+__device__ __forceinline__ void dequantize_t32_group(uint8_t (*tile)[q4k_int::kGroup][kDqPitch<F>],
                                                      __nv_bfloat16* __restrict__ hi, __nv_bfloat16* __restrict__ lo,
                                                      const uint4* __restrict__ src, int64_t g0, int64_t s0, int wg_rt,
                                                      int ns, int64_t row0, int64_t rows, int64_t K) {
   using namespace q4k_int;
-  constexpr int kC = kQ8 ? kQ8Chunks : kChunks;
   const int wg = kFull ? kGroup : wg_rt;
-  for (int i = int(threadIdx.x); i < ns * kC * wg; i += int(blockDim.x)) {
-    const int r = i % wg, j = i / wg % kC, s = i / (wg * kC);
-    *reinterpret_cast<uint4*>(&tile[s][r][16 * j]) = __ldcs(src + i);
+  if constexpr (F == IntFormat::kQ6) {
+    // a super-block's tile: 13 wg chunks, then the wg d's in wg / 8 chunks
+    const int per = kQ6Chunks * wg + wg / 8;
+    for (int i = int(threadIdx.x); i < ns * per; i += int(blockDim.x)) {
+      const int s = i / per, e = i % per;
+      const uint4 v = __ldcs(src + i);
+      if (e < kQ6Chunks * wg) {
+        *reinterpret_cast<uint4*>(&tile[s][e % wg][16 * (e / wg)]) = v;
+      } else {
+        const int r0 = 8 * (e - kQ6Chunks * wg);
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          *reinterpret_cast<uint16_t*>(&tile[s][r0 + k][16 * kQ6Chunks]) =
+              uint16_t((k & 1) ? words[k >> 1] >> 16 : words[k >> 1] & 0xFFFF);
+      }
+    }
+  } else {
+    constexpr int kC = kIntSuperBytes<F> / 16;
+    for (int i = int(threadIdx.x); i < ns * kC * wg; i += int(blockDim.x)) {
+      const int r = i % wg, j = i / wg % kC, s = i / (wg * kC);
+      *reinterpret_cast<uint4*>(&tile[s][r][16 * j]) = __ldcs(src + i);
+    }
   }
   __syncthreads();
   for (int i = int(threadIdx.x); i < ns * wg * 32; i += int(blockDim.x)) {
@@ -205,10 +242,12 @@ __device__ __forceinline__ void dequantize_t32_group(uint8_t (*tile)[q4k_int::kG
     const int64_t n = g0 + r;
     if (n < row0 || n >= row0 + rows) continue;
     float f[8];
-    if constexpr (kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) ..
+    if constexpr (F == IntFormat::kQ8) {  // elements 8 grp ..: block grp / 4, its quant bytes 8 (grp % 4) ..
       const uint8_t* t = tile[s][r];
       const uint2 q = *reinterpret_cast<const uint2*>(t + 16 + 8 * grp);
       QQ8_0::decode8(q.x, q.y, f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(t + 2 * (grp >> 2))), f);
+    } else if constexpr (F == IntFormat::kQ6) {
+      QQ6_K::load8(tile[s][r], 8 * grp, f);
     } else {
       QQ4_K::load8(tile[s][r], 8 * grp, f);
     }
@@ -216,21 +255,20 @@ __device__ __forceinline__ void dequantize_t32_group(uint8_t (*tile)[q4k_int::kG
   }
 }
 
-template <bool kQ8>
+template <IntFormat F>
 __global__ void __launch_bounds__(256) dequantize_bf16_t32_kernel(__nv_bfloat16* __restrict__ hi,
                                                                   __nv_bfloat16* __restrict__ lo,
                                                                   const uint8_t* __restrict__ w, int64_t row0,
                                                                   int64_t rows, int64_t K, int64_t N) {
   using namespace q4k_int;
-  constexpr int kC = kQ8 ? kQ8Chunks : kChunks;
-  __shared__ __align__(16) uint8_t tile[kDqSupers][kGroup][16 * kC];
+  __shared__ __align__(16) uint8_t tile[kDqSupers][kGroup][kDqPitch<F>];
   pdl_begin();
   const int64_t S = K / kSuperElems, g0 = (row0 / kGroup + blockIdx.y) * kGroup, s0 = int64_t(blockIdx.x) * kDqSupers;
   const int wg = int(N - g0 < kGroup ? N - g0 : kGroup), ns = int(S - s0 < kDqSupers ? S - s0 : kDqSupers);
-  // the tiles of super-blocks s0 .. s0 + ns - 1: ns kC wg chunks from chunk_offset(N, S, g0, s0, 0)
-  const uint4* src = reinterpret_cast<const uint4*>(w + chunk_offset(N, S, g0, s0, 0, kC));
-  if (wg == kGroup) dequantize_t32_group<kQ8, true>(tile, hi, lo, src, g0, s0, wg, ns, row0, rows, K);
-  else dequantize_t32_group<kQ8, false>(tile, hi, lo, src, g0, s0, wg, ns, row0, rows, K);
+  // the tiles of super-blocks s0 .. s0 + ns - 1, from the first byte of super-block s0's tile
+  const uint4* src = reinterpret_cast<const uint4*>(w + (g0 * S + s0 * wg) * kIntSuperBytes<F>);
+  if (wg == kGroup) dequantize_t32_group<F, true>(tile, hi, lo, src, g0, s0, wg, ns, row0, rows, K);
+  else dequantize_t32_group<F, false>(tile, hi, lo, src, g0, s0, wg, ns, row0, rows, K);
 }
 
 // Launches the dequantization of rows [row0, row0 + rows) of w: for the T32 layouts a block per (group
@@ -245,9 +283,11 @@ void launch_dequantize_bf16(cudaStream_t stream, __nv_bfloat16* hi, __nv_bfloat1
                " matrix in one dequantized tile");
     const dim3 grid(unsigned(ceil_div(K / q4k_int::kSuperElems, kDqSupers)), unsigned(groups));
     if (w.dtype == DType::kQ8_0_T32)
-      launch(dequantize_bf16_t32_kernel<true>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
+      launch(dequantize_bf16_t32_kernel<IntFormat::kQ8>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
+    else if (w.dtype == DType::kQ6_K_T32)
+      launch(dequantize_bf16_t32_kernel<IntFormat::kQ6>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
     else
-      launch(dequantize_bf16_t32_kernel<false>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
+      launch(dequantize_bf16_t32_kernel<IntFormat::kQ4>, grid, 256, 0, stream, hi, lo, data, row0, rows, K, w.rows);
   } else {
     const int64_t groups = K / 8;
     const int threads = int(std::min<int64_t>(256, ceil_div(groups, 32) * 32));
@@ -328,14 +368,16 @@ void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t
 
 void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
                        int64_t K) {
-  bool units = true, q4_t32 = false, q8_t32 = false;
+  bool units = true, q4_t32 = false, q6_t32 = false, q8_t32 = false;
   for (int m = 0; m < mt.count; ++m) {
     units = units && is_unit_format(mt.dtype[m]);
     q4_t32 = q4_t32 || mt.dtype[m] == DType::kQ4_K_T32;
+    q6_t32 = q6_t32 || mt.dtype[m] == DType::kQ6_K_T32;
     q8_t32 = q8_t32 || mt.dtype[m] == DType::kQ8_0_T32;
   }
-  if (!units || (q4_t32 && q8_t32)) launch_gemv_quant_rows<FormatSet::kAll>(stream, mt, blocks, x, T, K);
+  if (!units || (q8_t32 && (q4_t32 || q6_t32))) launch_gemv_quant_rows<FormatSet::kAll>(stream, mt, blocks, x, T, K);
   else if (q8_t32) launch_gemv_quant_rows<FormatSet::kQ8Units>(stream, mt, blocks, x, T, K);
+  else if (q6_t32) launch_gemv_quant_rows<FormatSet::kQ46Units>(stream, mt, blocks, x, T, K);
   else launch_gemv_quant_rows<FormatSet::kQ4Units>(stream, mt, blocks, x, T, K);
 }
 

@@ -1,4 +1,4 @@
-// The integer-dot Q4_K and Q8_0 GEMVs over the kQ4_K_T32 and kQ8_0_T32 layouts
+// The integer-dot Q4_K, Q8_0 and Q6_K GEMVs over the kQ4_K_T32, kQ8_0_T32 and kQ6_K_T32 layouts
 // (block_gemv_geometry.h, q4k_int), the block code gemv_multi_quant_kernel runs for such a matrix
 // (any R of 1..8 rows), and the device helpers GpuBench.Q4kIntGemv's measurement kernels share
 // (q4k_int_bench.cu).
@@ -17,10 +17,17 @@
 //    formed in 64 bits and rounded once to F32 (q8_sum); y += (d s / 16384) Q per block, in
 //    order. One row walks half super-blocks (the scales chunk and 8 quant chunks, the Q4_K
 //    super-block's 9 chunks), so the two formats share the loads' shape.
+//  - Q6_K: each quant becomes the s8 byte 4 (q - 32) (q4k_int::q6_quarter: two shifts and two
+//    logic steps a word of 4), so a 16-value sub-block's sums over the three terms give Q =
+//    sum (q - 32)(16384 a + 128 b + c) exactly (q6_sum, |Q| < 2^30): dp4a chains for one row,
+//    s8 mmas m16n8k16 for R > 1 (a sub-block is 16 values, each its own scale). Per sub-block, in
+//    order: y += (d sc s / 16384) float(Q). One row walks half super-blocks (the scales chunk, 4 ql
+//    chunks, 2 qh chunks and d: 114 bytes a lane).
 //  - The warps' partial sums meet in shared memory in warp order. Nothing depends on R: a row
 //    has the same bits alone or among R.
 //  - Error: |y - w.x| <= 2^-20 sum_b max|x_b| sum_b |d sc q| plus the F32 epilogue's roundings
-//    (QuantGpuTest.MatmulQ4KT32 and MatmulQ8T32; Q4_K measured <= 2e-7 of S' plus that term).
+//    (QuantGpuTest.MatmulQ4KT32, MatmulQ8T32 and MatmulQ6KT32; Q4_K measured <= 2e-7 of S' plus
+//    that term).
 #pragma once
 
 #include "backend/cuda/block_gemv_geometry.h"
@@ -327,40 +334,140 @@ __device__ __forceinline__ void rows_block_q8(const uint32_t (&wd)[2][2][2], con
   }
 }
 
+
+// The d of a Q6_K super-block and the scale of its sub-block j (0 .. 15) from its scales chunk
+// c: the s8 scale as a float by the magic number (its byte xor 0x80 is scale + 128), not by I2F.
+__device__ __forceinline__ float q6_scale(const uint4& c, int j) {
+  const uint32_t word = (j & 8) ? ((j & 4) ? c.w : c.z) : ((j & 4) ? c.y : c.x);
+  const uint32_t bits = __byte_perm(word, 0x4B000000u, 0x7540u | uint32_t(j & 3)) ^ 0x80u;
+  return __fsub_rn(__uint_as_float(bits), 8388736.0f);  // 2^23 + 128
+}
+
+// Half h of a Q6_K super-block of the lane's column: c[0] its scales chunk, c[1 .. 4] ql chunks
+// 4h .. 4h + 3, c[5], c[6] qh chunks 8 + 2h, 9 + 2h, c[7].x its d; terms at the half's first
+// element (words), units at its first 32 values. Sub-blocks 8h + j in order, j = 2r + p: quarter
+// r, l-words 4p .. 4p + 3.
+__device__ __forceinline__ float q6_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
+                                         const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
+                                         const float* __restrict__ unit, float y) {
+  const float d = f16_bits_to_f32(uint16_t(c[7].x & 0xFFFF));
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const uint4 ql4 = c[1 + 2 * (r & 1) + p], qh4 = c[5 + p];
+      const int e = 8 * r + 4 * p;
+      const uint4 xt[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
+                           *reinterpret_cast<const uint4*>(t2 + e)};
+      const uint32_t ql[4] = {ql4.x, ql4.y, ql4.z, ql4.w}, qh[4] = {qh4.x, qh4.y, qh4.z, qh4.w};
+      int acc[3] = {0, 0, 0};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int q = int(q4k_int::q6_quarter(ql[i], qh[i], r));
+#pragma unroll
+        for (int t = 0; t < 3; ++t) acc[t] = __dp4a(q, int(reinterpret_cast<const uint32_t*>(&xt[t])[i]), acc[t]);
+      }
+      const float sc = __fmul_rn(__fmul_rn(d, q6_scale(c[0], 8 * h + 2 * r + p)), unit[r]);
+      y = __fmaf_rn(sc, float(q4k_int::q6_sum(acc[0], acc[1], acc[2])), y);
+    }
+  return y;
+}
+
+// d += a b on the s8 mma m16n8k16: a 16x16 (row-major), b 16x8 (column-major), exact s32 sums.
+// Lane l, g = l / 4, c = l % 4: a0 = A[g][4c .. 4c+3], a1 = A[g+8][4c ..]; b0 = B[4c .. 4c+3][g];
+// d as mma_s8's.
+__device__ __forceinline__ void mma_s8_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Sub-block 8h + 2r + p of a Q6_K super-block for the warp's two m-tiles of 16 columns: wd
+// [m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c of half h's chunks for l-words
+// 4p .. 4p + 3, hdr the columns' scales chunks, dv their d's, xw the rows' terms of the quarter's 32
+// values (word p: this sub-block's 16); y [m-tile][D fragment] += d sc u Q (the one-row path's
+// values).
+__device__ __forceinline__ void rows_sub_block_q6(const uint32_t (&wd)[2][2][3], const uint4 (&hdr)[2][2],
+                                                  const float (&dv)[2][2], int h, int r, int p,
+                                                  const uint32_t (&xw)[3][2], const float (&u)[2], float (&y)[2][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const uint32_t a0 = q4k_int::q6_quarter(wd[mt][0][r & 1], wd[mt][0][2], r);
+    const uint32_t a1 = q4k_int::q6_quarter(wd[mt][1][r & 1], wd[mt][1][2], r);
+    int d[3][4] = {};
+#pragma unroll
+    for (int tm = 0; tm < 3; ++tm) mma_s8_k16(d[tm], a0, a1, xw[tm][p]);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float ds = __fmul_rn(dv[mt][hh], q6_scale(hdr[mt][hh], 8 * h + 2 * r + p));
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int j = 2 * hh + i;
+        y[mt][j] = __fmaf_rn(__fmul_rn(ds, u[i]), float(q4k_int::q6_sum(d[0][j], d[1][j], d[2][j])), y[mt][j]);
+      }
+    }
+  }
+}
+
 }  // namespace q4k_int_detail
 
+// The formats of the integer-dot GEMV: their T32 layouts' super-block bytes a row and the
+// one-row kernel's units (Q4_K: a super-block, its 9 chunks; Q8_0: half a super-block, its scales
+// chunk and 8 quant chunks; Q6_K: half a super-block, its scales chunk, 4 ql chunks, 2 qh chunks
+// and its d).
+enum class IntFormat { kQ4, kQ8, kQ6 };
+template <IntFormat F>
+constexpr int kIntSuperBytes = F == IntFormat::kQ4 ? q4k_int::kSuperBytes
+                               : F == IntFormat::kQ8 ? 16 * q4k_int::kQ8Chunks
+                                                     : q4k_int::kQ6SuperBytes;
+template <IntFormat F>
+constexpr int kIntUnitsPerSuper = F == IntFormat::kQ4 ? 1 : 2;
+
 // The work of one block (q4k_int::kWarps warps) for R rows: out [R, N] (row stride N) = x [R, K] .
-// w^T, w [N, K] in kQ4_K_T32 (kQ8: kQ8_0_T32), the columns of group `group` (32, or the last
-// group's w); warp p takes super-blocks [slice_first(S, p), slice_first(S, p + 1)) of every
-// column. Calls pdl_begin() itself: one row's first weights are loaded before it. smem:
-// q4k_int::smem_bytes(R, K) bytes. K % 256 == 0; x 16-byte aligned.
-template <int R, bool kQ8>
+// w^T, w [N, K] in the T32 layout of format F (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32), the columns of
+// group `group` (32, or the last group's w); warp p takes super-blocks [slice_first(S, p),
+// slice_first(S, p + 1)) of every column. Calls pdl_begin() itself: one row's first weights are
+// loaded before it. smem: q4k_int::smem_bytes(R, K) bytes. K % 256 == 0; x 16-byte aligned.
+template <int R, IntFormat F>
 __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
                                                uint8_t* __restrict__ smem) {
   using namespace q4k_int_detail;
   constexpr int P = q4k_int::kWarps;
-  constexpr int kSuperChunks = kQ8 ? q4k_int::kQ8Chunks : kChunks;
+  constexpr bool kQ8 = F == IntFormat::kQ8, kQ6 = F == IntFormat::kQ6;
   const int64_t S = K / kSuperElems, g0 = group * kGroup;
   const int wg = int(N - g0 < kGroup ? N - g0 : kGroup);  // the group's columns
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int first = q4k_int::slice_first(S, warp), n = q4k_int::slice_first(S, warp + 1) - first;
-  const int64_t cstride = int64_t(wg) * 16, sstride = kSuperChunks * cstride;  // bytes between chunks, super-blocks
-  const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * 16 * kSuperChunks + first * sstride;
+  const int64_t cstride = int64_t(wg) * 16, sstride = kIntSuperBytes<F> * int64_t(wg);  // bytes between chunks, super-blocks
+  const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * kIntSuperBytes<F> + first * sstride;
   const int64_t k0 = int64_t(first) * kSuperElems;
   float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S) : 0));
   if constexpr (R == 1) {
     const bool live = lane < wg;
     const uint8_t* p = gbase + lane * 16;
     // unit t: Q4_K super-block t (its 9 chunks); Q8_0 half t % 2 of super-block t / 2 (its scales
-    // chunk and quant chunks 1 + 8 (t % 2) .. 8 + 8 (t % 2))
+    // chunk and quant chunks 1 + 8 (t % 2) .. 8 + 8 (t % 2)); Q6_K half h = t % 2 of super-block
+    // t / 2 (c[0] its scales chunk 12, c[1 .. 4] ql chunks 4h .., c[5 .. 6] qh chunks 8 + 2h ..,
+    // c[7].x its d)
     auto load = [&](uint4 (&c)[kChunks], int t) {
-      const uint8_t* sp = p + (kQ8 ? t >> 1 : t) * sstride;
-      const int skip = kQ8 ? 8 * (t & 1) : 0;
+      const uint8_t* sp = p + (kIntUnitsPerSuper<F> == 2 ? t >> 1 : t) * sstride;
+      if constexpr (kQ6) {
+        const int h = t & 1;
 #pragma unroll
-      for (int j = 0; j < kChunks; ++j)
-        c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(sp + (j == 0 ? 0 : j + skip) * cstride))
-                    : make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < 7; ++j) {
+          const int chunk = j == 0 ? 12 : j < 5 ? 4 * h + j - 1 : 8 + 2 * h + j - 5;
+          c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(sp + chunk * cstride)) : make_uint4(0, 0, 0, 0);
+        }
+        const uint8_t* dp = sp - lane * 16 + q4k_int::kQ6Chunks * cstride + lane * 2;
+        c[7].x = live ? uint32_t(__ldcs(reinterpret_cast<const unsigned short*>(dp))) : 0u;
+      } else {
+        const int skip = kQ8 ? 8 * (t & 1) : 0;
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j)
+          c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(sp + (j == 0 ? 0 : j + skip) * cstride))
+                      : make_uint4(0, 0, 0, 0);
+      }
     };
     uint4 a[kChunks], b[kChunks];
     if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
@@ -377,6 +484,13 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
           load,
           [&](const uint4(&c)[kChunks], int t, float acc) {
             return q8_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
+          },
+          a, b, 2 * n);
+    else if constexpr (kQ6)
+      y = slice_dot(
+          load,
+          [&](const uint4(&c)[kChunks], int t, float acc) {
+            return q6_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
           },
           a, b, 2 * n);
     else
@@ -402,29 +516,69 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     float y[2][4] = {};
     for (int t = 0; t < n; ++t) {
       const uint8_t* tp = gbase + t * sstride;
-      uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 scales chunks
-      rows_headers(tp, g, wg, hdr);
-      if constexpr (kQ8) {
+      uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 and Q6_K scales chunks
+      if constexpr (kQ6) {
+        rows_headers(tp + 12 * cstride, g, wg, hdr);
+        float dv[2][2];
 #pragma unroll
-        for (int bk = 0; bk < 8; ++bk) {
-          uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
-          rows_words(tp, cstride, bk, g, c, wg, wd);
-          uint32_t xw[3][2];
-          float u[2], sm[2];
-          split_rows(xg + t * kSuperElems + 32 * bk, ra, rb, xw, u, sm);
-          rows_block_q8(wd, hdr, bk, xw, u, y);
-        }
-      } else {
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
-          rows_words(tp, cstride, q, g, c, wg, wd);
+          for (int hh = 0; hh < 2; ++hh) {
+            const int col = 16 * mt + g + 8 * hh;
+            dv[mt][hh] = col < wg ? f16_bits_to_f32(__ldcs(reinterpret_cast<const unsigned short*>(
+                                        tp + q4k_int::kQ6Chunks * cstride + 2 * col)))
+                                  : 0.0f;
+          }
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
+        for (int h = 0; h < 2; ++h) {
+          uint32_t wd[2][2][2][3];  // [l-words 4p ..][m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c
+#pragma unroll
+          for (int pp = 0; pp < 2; ++pp)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int k = 0; k < 3; ++k) {
+                  const int col = 16 * mt + g + 8 * hh;
+                  const int chunk = k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp;
+                  wd[pp][mt][hh][k] =
+                      col < wg ? __ldcs(reinterpret_cast<const unsigned int*>(tp + chunk * cstride + col * 16) + c)
+                               : 0u;
+                }
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
             uint32_t xw[3][2];
             float u[2], sm[2];
-            split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
-            rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
+            split_rows(xg + t * kSuperElems + 128 * h + 32 * r, ra, rb, xw, u, sm);
+#pragma unroll
+            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, y);
+          }
+        }
+      } else {
+        rows_headers(tp, g, wg, hdr);
+        if constexpr (kQ8) {
+#pragma unroll
+          for (int bk = 0; bk < 8; ++bk) {
+            uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
+            rows_words(tp, cstride, bk, g, c, wg, wd);
+            uint32_t xw[3][2];
+            float u[2], sm[2];
+            split_rows(xg + t * kSuperElems + 32 * bk, ra, rb, xw, u, sm);
+            rows_block_q8(wd, hdr, bk, xw, u, y);
+          }
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
+            rows_words(tp, cstride, q, g, c, wg, wd);
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+              uint32_t xw[3][2];
+              float u[2], sm[2];
+              split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
+              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
+            }
           }
         }
       }

@@ -205,6 +205,74 @@ TEST(BlockGemvGeometry, Q8IntTileLayoutMovesEachBlockToItsChunks) {
   }
 }
 
+// The kQ6_K_T32 layout (rows a multiple of 8): every byte of a group lands once inside the
+// group's row-major range, every chunk 16-byte aligned, a super-block's chunk j of neighbouring
+// rows 16 bytes apart and their d's 2 bytes apart; read back at the places the kernels read
+// (to_q6_tile_layout, then q6_chunk_offset / q6_d_offset), it is the row-major matrix.
+TEST(BlockGemvGeometry, Q6IntTileLayoutPermutesWithinGroups) {
+  constexpr int64_t kSb = q4k_int::kQ6SuperBytes;
+  for (auto [N, S] : std::vector<std::pair<int64_t, int64_t>>{{64, 3}, {104, 2}, {40, 5}, {8, 1}}) {
+    std::vector<uint8_t> src(size_t(N * S * kSb)), dst(src.size(), 0), back(src.size(), 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7 + i / 251);
+    q4k_int::to_q6_tile_layout(src.data(), N, S, dst.data());
+    std::vector<int> seen(src.size(), 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t g0 = n / 32 * 32, g1 = std::min<int64_t>(N, g0 + 32);
+        auto place = [&](int64_t off, int64_t bytes, int64_t from) {
+          ASSERT_GE(off, g0 * S * kSb) << N << " " << n;
+          ASSERT_LE(off + bytes, g1 * S * kSb) << N << " " << n;
+          for (int64_t b = 0; b < bytes; ++b) ++seen[size_t(off + b)];
+          std::memcpy(back.data() + from, dst.data() + off, size_t(bytes));
+        };
+        for (int j = 0; j < q4k_int::kQ6Chunks; ++j) {
+          const int64_t off = q4k_int::q6_chunk_offset(N, S, n, s, j);
+          ASSERT_EQ(off % 16, 0) << N << " " << n << " " << s << " " << j;
+          place(off, 16, (n * S + s) * kSb + 16 * j);
+        }
+        place(q4k_int::q6_d_offset(N, S, n, s), 2, (n * S + s) * kSb + 16 * q4k_int::kQ6Chunks);
+      }
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << N << "x" << S << " byte " << i;
+    EXPECT_EQ(back, src) << N;
+    EXPECT_EQ(q4k_int::q6_chunk_offset(N, S, 1, 0, 5) - q4k_int::q6_chunk_offset(N, S, 0, 0, 5), 16);
+    EXPECT_EQ(q4k_int::q6_d_offset(N, S, 1, 0) - q4k_int::q6_d_offset(N, S, 0, 0), 2);
+  }
+}
+
+// The Q6_K GEMV's quant bytes: q6_quarter gives 4 (q - 32) of each of a half super-block's 128
+// values in ggml's order (value 32 r + l of half h: the nibble of ql[64 h + 32 (r % 2) + l], low
+// for r < 2, and bits 2r, 2r + 1 of qh[32 h + l]), for every quant value; q6_sum undoes the 4.
+TEST(BlockGemvGeometry, Q6IntQuarterBytesAreFourTimesTheCenteredQuants) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<int> hits(64, 0);
+  for (int rep = 0; rep < 64; ++rep) {
+    uint8_t ql[128], qh[64];
+    for (uint8_t& v : ql) v = uint8_t(byte(rng));
+    for (uint8_t& v : qh) v = uint8_t(byte(rng));
+    for (int h = 0; h < 2; ++h)
+      for (int r = 0; r < 4; ++r)
+        for (int l = 0; l < 32; l += 4) {
+          uint32_t lw = 0, hw = 0;
+          std::memcpy(&lw, ql + 64 * h + 32 * (r % 2) + l, 4);
+          std::memcpy(&hw, qh + 32 * h + l, 4);
+          const uint32_t word = q4k_int::q6_quarter(lw, hw, r);
+          for (int i = 0; i < 4; ++i) {
+            const int nib = (ql[64 * h + 32 * (r % 2) + l + i] >> (r < 2 ? 0 : 4)) & 15;
+            const int q = (nib | ((qh[32 * h + l + i] >> (2 * r)) & 3) << 4) - 32;
+            ASSERT_EQ(int8_t(uint8_t(word >> (8 * i))), 4 * q) << "half " << h << " quarter " << r << " l " << l + i;
+            ++hits[size_t(q + 32)];
+          }
+        }
+  }
+  for (int q = 0; q < 64; ++q) EXPECT_GT(hits[size_t(q)], 0) << "quant " << q - 32;
+  std::uniform_int_distribution<int32_t> term(-(1 << 15), 1 << 15);
+  for (int rep = 0; rep < 1000; ++rep) {
+    const int32_t A = term(rng), B = term(rng), C = term(rng);
+    EXPECT_EQ(q4k_int::q6_sum(4 * A, 4 * B, 4 * C), A * 16384 + B * 128 + C);
+  }
+}
+
 // The integer-dot GEMV splits each value by FMAs alone (q4k_int::split_value). The digits must be
 // the cascade's, a = rint(u), b = rint(128 (u - a)), c = rint(128 (128 (u - a) - b)), u = x 2^(6 - e),
 // with ties to even, and t = 16384 a + 128 b + c, for every x of a block whose largest magnitude

@@ -352,12 +352,16 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
 // (8-row passes on s8 mmas): every row has the bits it has alone. Past 64 the prefill path
 // dequantizes the same values as the row-major matrix's, so its bits are the row-major matrix's.
 // Shapes: whole groups and a partial one (100, 33 rows; Q6_K: 104, 40), slices of uneven length
-// (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256: warps with none).
+// (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256: warps with none), and launches of
+// fewer and of more blocks than multiprocessors (the one-row kernels with 4 and 2 units in flight).
 void QuantGpuTest::check_int_t32(DType dt) {
   const DType t32 = t32_of(dt);
   const bool q6 = dt == DType::kQ6_K;
-  const auto shapes = q6 ? std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {104, 1024}, {40, 2560}, {64, 256}}
-                         : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}};
+  // (8192 x 256: more groups than multiprocessors, so one row takes the kernel capped at 128
+  // registers; the others one block a multiprocessor, the ring of 4 units in flight)
+  const auto shapes =
+      q6 ? std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {104, 1024}, {40, 2560}, {64, 256}, {8192, 256}}
+         : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}, {8192, 256}};
   for (auto [N, K] : shapes) {
     Buffer w = quantized(dt, N, K);
     Buffer dw = gpu().upload_matrix(w), rm = up(w);

@@ -103,10 +103,16 @@ template <FormatSet kSet>
 constexpr bool kHoldsQ6Int = kSet == FormatSet::kAll || kSet == FormatSet::kQ46Units;
 template <FormatSet kSet>
 constexpr bool kHoldsQ8Int = kSet == FormatSet::kAll || kSet == FormatSet::kQ8Units;
-template <int R, FormatSet kSet>
-__global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R == 1 ? 2 : 1)
+// kRing (one row): a launch of at most one block a multiprocessor (a 4096-row matrix's 128
+// groups), so the kernel is not capped at 128 registers, and the integer-dot GEMVs keep 4 units a
+// lane in flight instead of 2 (slice_dot_ring): 8 warps a multiprocessor hide the loads' latency
+// less than the 16 of a larger launch. The same sums in the same order.
+template <int R, FormatSet kSet, bool kRing = false>
+__global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R == 1 && !kRing ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
                             int64_t K) {
+  static_assert(!kRing || R == 1, "the ring is the one-row kernel's");
+  constexpr int D = kRing ? 4 : 2;
   constexpr bool kUnitsOnly = kSet != FormatSet::kAll;
   int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
   while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
@@ -117,19 +123,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R 
   const DType dt = t.dtype[m];
   if constexpr (kHoldsQ4Int<kSet>) {
     if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-      gemv_int_block<R, IntFormat::kQ4>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      gemv_int_block<R, IntFormat::kQ4, D>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
       return;
     }
   }
   if constexpr (kHoldsQ8Int<kSet>) {
     if (dt == DType::kQ8_0_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ8>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      gemv_int_block<R, IntFormat::kQ8, D>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
       return;
     }
   }
   if constexpr (kHoldsQ6Int<kSet>) {
     if (dt == DType::kQ6_K_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ6>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
+      gemv_int_block<R, IntFormat::kQ6, D>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
       return;
     }
   }
@@ -331,13 +337,30 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
   return map;
 }
 
-template <int R, FormatSet kSet>
-void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
+// Whether a one-row launch of `blocks` blocks with T32 matrices runs the ring kernel: at most one
+// block a multiprocessor, unless KESTREL_CUDA_GEMV_RING=0 (to compare in one build).
+bool use_ring(int64_t blocks, bool t32) {
+  static const bool on = [] {
+    const char* v = std::getenv("KESTREL_CUDA_GEMV_RING");
+    return !(v && v[0] == '0');
+  }();
+  return on && t32 && blocks <= sm_count();
+}
+
+template <int R, FormatSet kSet, bool kRing>
+void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K,
+                              const TmaMaps& maps, size_t smem) {
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(kQuantGemvSmemMax)));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, kRing>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kQuantGemvSmemMax)));
   });
+  launch(gemv_multi_quant_kernel<R, kSet, kRing>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int R, FormatSet kSet>
+void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
   bool q4k = false, q6k = false, t32 = false;
   TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
@@ -354,8 +377,10 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
-  launch(gemv_multi_quant_kernel<R, kSet>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
-  CUDA_CHECK_LAUNCH();
+  if constexpr (R == 1 && kSet != FormatSet::kAll) {
+    if (use_ring(blocks, t32)) return launch_gemv_quant_kernel<R, kSet, true>(stream, mt, blocks, x, K, maps, smem);
+  }
+  launch_gemv_quant_kernel<R, kSet, false>(stream, mt, blocks, x, K, maps, smem);
 }
 
 template <FormatSet kSet>

@@ -192,6 +192,28 @@ __device__ __forceinline__ float slice_dot(Load&& load, Dot&& dot, uint4 (&a)[kC
   return y;
 }
 
+// The same with D units in flight (D > 2): buf[0] holds unit 0 (loaded by the caller), unit t
+// goes to buf[t % D], loaded D - 1 units before its dot. The same sums in the same order as
+// slice_dot's, with more of the slice's loads in flight: for a kernel that runs one block a
+// multiprocessor, whose 8 warps hide the loads' latency less than 16 do.
+template <int D, typename Load, typename Dot>
+__device__ __forceinline__ float slice_dot_ring(Load&& load, Dot&& dot, uint4 (&buf)[D][kChunks], int n) {
+#pragma unroll
+  for (int i = 1; i < D - 1; ++i)
+    if (i < n) load(buf[i], i);
+  float y = 0.0f;
+  for (int t = 0; t < n; t += D) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      const int u = t + j;
+      if (u >= n) break;
+      if (u + D - 1 < n) load(buf[(j + D - 1) % D], u + D - 1);
+      y = dot(buf[j], u, y);
+    }
+  }
+  return y;
+}
+
 // A Q8_0 block's Q = sum q (16384 a + 128 b + c) from its three exact term sums (|A| <= 32 128 64
 // = 2^18, so 16384 A needs 64 bits), rounded once to F32.
 __device__ __forceinline__ float q8_sum(int A, int B, int C) {
@@ -427,8 +449,10 @@ constexpr int kIntUnitsPerSuper = F == IntFormat::kQ4 ? 1 : 2;
 // w^T, w [N, K] in the T32 layout of format F (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32), the columns of
 // group `group` (32, or the last group's w); warp p takes super-blocks [slice_first(S, p),
 // slice_first(S, p + 1)) of every column. Calls pdl_begin() itself: one row's first weights are
-// loaded before it. smem: q4k_int::smem_bytes(R, K) bytes. K % 256 == 0; x 16-byte aligned.
-template <int R, IntFormat F>
+// loaded before it. smem: q4k_int::smem_bytes(R, K) bytes. K % 256 == 0; x 16-byte aligned. D:
+// one row's units in flight a lane (2, or more for a kernel of one block a multiprocessor; the
+// same sums either way).
+template <int R, IntFormat F, int D = 2>
 __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
                                                uint8_t* __restrict__ smem) {
@@ -469,8 +493,8 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
                       : make_uint4(0, 0, 0, 0);
       }
     };
-    uint4 a[kChunks], b[kChunks];
-    if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
+    uint4 buf[D][kChunks];  // D == 2: slice_dot's a and b
+    if (n > 0) load(buf[0], 0);  // the weights do not depend on the kernel before
     pdl_begin();
     uint32_t* m0 = reinterpret_cast<uint32_t*>(smem + size_t(warp) * q4k_int::split_bytes(S));
     uint32_t* m1 = m0 + n * 64;
@@ -478,28 +502,15 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
     split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
+    auto dot = [&](const uint4(&c)[kChunks], int t, float acc) {
+      if constexpr (kQ8) return q8_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
+      else if constexpr (kQ6) return q6_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
+      else return super_block(c, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, acc);
+    };
+    const int units = kIntUnitsPerSuper<F> * n;
     float y;
-    if constexpr (kQ8)
-      y = slice_dot(
-          load,
-          [&](const uint4(&c)[kChunks], int t, float acc) {
-            return q8_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
-          },
-          a, b, 2 * n);
-    else if constexpr (kQ6)
-      y = slice_dot(
-          load,
-          [&](const uint4(&c)[kChunks], int t, float acc) {
-            return q6_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
-          },
-          a, b, 2 * n);
-    else
-      y = slice_dot(
-          load,
-          [&](const uint4(&c)[kChunks], int t, float acc) {
-            return super_block(c, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, acc);
-          },
-          a, b, n);
+    if constexpr (D == 2) y = slice_dot(load, dot, buf[0], buf[1], units);
+    else y = slice_dot_ring<D>(load, dot, buf, units);
     partial[warp * kGroup + lane] = y;
     __syncthreads();
     if (warp == 0 && live) {

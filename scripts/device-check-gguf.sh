@@ -12,7 +12,7 @@ out=${2:?OUT_DIR}
 start=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - start)) s] $*"; }
 scripts/device-cuda-test.sh "$debs" "$out" 'QuantGpuTest.*' >"$out/quant.txt" 2>&1
-grep -E 'build ok|FAILED|gpu tests exit|BENCH q(gemv|prefill)_Q[468]|Q[46]K K=|^(PASS|FAIL) ' "$out/quant.txt" | head -60
+grep -E 'build ok|FAILED|gpu tests exit|BENCH q(gemv|prefill)_Q[468]|Q[46]K K=|^(PASS|FAIL) ' "$out/quant.txt" | head -90
 grep -B2 -A6 'Failure$' "$out/gpu_tests.log" 2>/dev/null | head -30
 elapsed "quant tests and parity"
 grep -q 'gpu tests exit 0' "$out/quant.txt" || exit 1

@@ -202,6 +202,42 @@ KESTREL_HD constexpr uint32_t q6_quarter(uint32_t ql, uint32_t qh, int r) {
   return q6_bytes(r < 2 ? ql << 2 : ql >> 2, qh << (6 - 2 * r));
 }
 KESTREL_HD constexpr int32_t q6_sum(int32_t A, int32_t B, int32_t C) { return A * 4096 + B * 32 + (C >> 2); }
+// The one-row integer-dot GEMV's walk over a lane's n units (Q4_K: super-blocks; Q8_0, Q6_K: half
+// super-blocks), two in flight: a holds unit 0 (loaded by the caller, before its wait), load(c, t)
+// fills c with unit t, dot(c, t, y) adds unit t's products to y, units in order.
+template <typename Buf, typename Load, typename Dot>
+KESTREL_HD inline float slice_dot(Load&& load, Dot&& dot, Buf& a, Buf& b, int n) {
+  float y = 0.0f;
+  for (int t = 0; t < n; t += 2) {
+    if (t + 1 < n) load(b, t + 1);
+    y = dot(a, t, y);
+    if (t + 1 >= n) break;
+    if (t + 2 < n) load(a, t + 2);
+    y = dot(b, t + 1, y);
+  }
+  return y;
+}
+// The same with D units in flight (D > 2): buf[0] holds unit 0 (loaded by the caller), unit t
+// goes to buf[t % D], loaded D - 1 units before its dot. The same sums in the same order as
+// slice_dot's, with more of the slice's loads in flight: for a kernel that runs one block a
+// multiprocessor, whose 8 warps hide the loads' latency less than 16 do.
+template <int D, typename Buf, typename Load, typename Dot>
+KESTREL_HD inline float slice_dot_ring(Load&& load, Dot&& dot, Buf (&buf)[D], int n) {
+#pragma unroll
+  for (int i = 1; i < D - 1; ++i)
+    if (i < n) load(buf[i], i);
+  float y = 0.0f;
+  for (int t = 0; t < n; t += D) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      const int u = t + j;
+      if (u >= n) break;
+      if (u + D - 1 < n) load(buf[(j + D - 1) % D], u + D - 1);
+      y = dot(buf[j], u, y);
+    }
+  }
+  return y;
+}
 // Warp p's slice of a row's S super-blocks: [slice_first(S, p), slice_first(S, p + 1)).
 KESTREL_HD constexpr int slice_first(int64_t S, int p) { return int(S * p / kWarps); }
 KESTREL_HD constexpr int longest_slice(int64_t S) { return int((S + kWarps - 1) / kWarps); }

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
     unit = xt.unit + k0 / 32;
     sum = xt.sum + k0 / 32;
   }
-  const float y = slice_dot(
+  const float y = q4k_int::slice_dot(
       load,
       [&](const uint4(&c)[kChunks], int t, float acc) {
         return super_block(c, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, acc);

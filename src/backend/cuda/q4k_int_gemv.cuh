@@ -176,44 +176,6 @@ __device__ __forceinline__ void split_slice(const float* __restrict__ x, int n, 
   __syncwarp();
 }
 
-// The lane's column over a slice of n units (Q4_K: super-blocks; Q8_0: half super-blocks), two
-// in flight: a holds unit 0 (loaded by the caller, before its wait), load(c, t) fills c with unit
-// t, dot(c, t, y) adds unit t's products to y.
-template <typename Load, typename Dot>
-__device__ __forceinline__ float slice_dot(Load&& load, Dot&& dot, uint4 (&a)[kChunks], uint4 (&b)[kChunks], int n) {
-  float y = 0.0f;
-  for (int t = 0; t < n; t += 2) {
-    if (t + 1 < n) load(b, t + 1);
-    y = dot(a, t, y);
-    if (t + 1 >= n) break;
-    if (t + 2 < n) load(a, t + 2);
-    y = dot(b, t + 1, y);
-  }
-  return y;
-}
-
-// The same with D units in flight (D > 2): buf[0] holds unit 0 (loaded by the caller), unit t
-// goes to buf[t % D], loaded D - 1 units before its dot. The same sums in the same order as
-// slice_dot's, with more of the slice's loads in flight: for a kernel that runs one block a
-// multiprocessor, whose 8 warps hide the loads' latency less than 16 do.
-template <int D, typename Load, typename Dot>
-__device__ __forceinline__ float slice_dot_ring(Load&& load, Dot&& dot, uint4 (&buf)[D][kChunks], int n) {
-#pragma unroll
-  for (int i = 1; i < D - 1; ++i)
-    if (i < n) load(buf[i], i);
-  float y = 0.0f;
-  for (int t = 0; t < n; t += D) {
-#pragma unroll
-    for (int j = 0; j < D; ++j) {
-      const int u = t + j;
-      if (u >= n) break;
-      if (u + D - 1 < n) load(buf[(j + D - 1) % D], u + D - 1);
-      y = dot(buf[j], u, y);
-    }
-  }
-  return y;
-}
-
 // A Q8_0 block's Q = sum q (16384 a + 128 b + c) from its three exact term sums (|A| <= 32 128 64
 // = 2^18, so 16384 A needs 64 bits), rounded once to F32.
 __device__ __forceinline__ float q8_sum(int A, int B, int C) {
@@ -509,8 +471,8 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     };
     const int units = kIntUnitsPerSuper<F> * n;
     float y;
-    if constexpr (D == 2) y = slice_dot(load, dot, buf[0], buf[1], units);
-    else y = slice_dot_ring<D>(load, dot, buf, units);
+    if constexpr (D == 2) y = q4k_int::slice_dot(load, dot, buf[0], buf[1], units);
+    else y = q4k_int::slice_dot_ring<D>(load, dot, buf, units);
     partial[warp * kGroup + lane] = y;
     __syncthreads();
     if (warp == 0 && live) {

@@ -273,6 +273,48 @@ TEST(BlockGemvGeometry, Q6IntQuarterBytesAreFourTimesTheCenteredQuants) {
   }
 }
 
+// The one-row integer-dot GEMV's walks over a lane's units (slice_dot: 2 in flight; slice_dot_ring:
+// D): every dot reads the unit its buffer was last loaded with, the units in order 0 .. n - 1, each
+// loaded once and before its dot, never a buffer reloaded before its dot, and at most D loads
+// ahead of the dots. A buffer here records the unit it holds.
+TEST(BlockGemvGeometry, IntGemvSliceWalksDotEachUnitOnceInOrder) {
+  auto check = [](int n, int D, auto walk) {
+    std::vector<int> dots, loads(1, 0);  // the caller loads unit 0 into the first buffer
+    int ahead = 1;
+    auto load = [&](int& buf, int t) {
+      buf = t;
+      loads.push_back(t);
+      ahead = std::max(ahead, int(loads.size()) - int(dots.size()));
+    };
+    auto dot = [&](const int& buf, int t, float y) {
+      EXPECT_EQ(buf, t) << "n " << n << " D " << D;
+      dots.push_back(t);
+      return y + 1.0f;
+    };
+    const float y = walk(load, dot);
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t) order[size_t(t)] = t;
+    EXPECT_EQ(dots, order) << "n " << n << " D " << D;
+    if (n > 0) EXPECT_EQ(loads, order) << "n " << n << " D " << D;
+    EXPECT_EQ(y, float(n));
+    EXPECT_LE(ahead, D) << "n " << n << " D " << D;
+  };
+  for (int n = 1; n <= 21; ++n) {
+    check(n, 2, [&](auto& load, auto& dot) {
+      int a = 0, b = -1;
+      return q4k_int::slice_dot(load, dot, a, b, n);
+    });
+    check(n, 3, [&](auto& load, auto& dot) {
+      int buf[3] = {0, -1, -1};
+      return q4k_int::slice_dot_ring<3>(load, dot, buf, n);
+    });
+    check(n, 4, [&](auto& load, auto& dot) {
+      int buf[4] = {0, -1, -1, -1};
+      return q4k_int::slice_dot_ring<4>(load, dot, buf, n);
+    });
+  }
+}
+
 // The integer-dot GEMV splits each value by FMAs alone (q4k_int::split_value). The digits must be
 // the cascade's, a = rint(u), b = rint(128 (u - a)), c = rint(128 (128 (u - a) - b)), u = x 2^(6 - e),
 // with ties to even, and t = 16384 a + 128 b + c, for every x of a block whose largest magnitude

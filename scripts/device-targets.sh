@@ -9,7 +9,8 @@
 # prints the tables. q8-ab: the q8_0 GGUF's decode and 512-token prefill with its Q8_0 row-major
 # and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
 # with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; ring-ab: the
-# q4_k_m GGUF's decode with KESTREL_CUDA_Q6K_INT / KESTREL_CUDA_GEMV_RING 0 / 0, 1 / 0 and 1 / 1. Its logs and
+# q4_k_m GGUF's decode with KESTREL_CUDA_Q6K_INT / KESTREL_CUDA_GEMV_RING 0 / 0, 1 / 0 and 1 / 1 (RING_AB="10 11":
+# those two). Its logs and
 # JSON go under OUT_DIR; a device call brings back at most 8 files, so run it through
 # scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
@@ -55,11 +56,11 @@ for w in $which; do
           -n 64 -b 1,8 -r 2 2>&1 | sed "s/^==/== KESTREL_CUDA_Q6K_INT=$v/" | show
       done ;;
     ring-ab)  # the q4_k_m GGUF's decode, its Q6_K row-major or T32, the one-row GEMV's ring off or on
-      for v in "0 0" "1 0" "1 1"; do
-        set -- $v
-        KESTREL_CUDA_Q6K_INT=$1 KESTREL_CUDA_GEMV_RING=$2 bash scripts/device-bench-gguf.sh "$out/ring-q6$1-ring$2" \
+      for v in ${RING_AB:-00 10 11}; do  # each: KESTREL_CUDA_Q6K_INT's digit, then KESTREL_CUDA_GEMV_RING's
+        q=${v:0:1} r=${v:1:1}
+        KESTREL_CUDA_Q6K_INT=$q KESTREL_CUDA_GEMV_RING=$r bash scripts/device-bench-gguf.sh "$out/ring-q6$q-ring$r" \
           Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 |
-          sed "s/^==/== KESTREL_CUDA_Q6K_INT=$1 KESTREL_CUDA_GEMV_RING=$2/" | show
+          sed "s/^==/== KESTREL_CUDA_Q6K_INT=$q KESTREL_CUDA_GEMV_RING=$r/" | show
       done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
     *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab or ring-ab)"; exit 2 ;;

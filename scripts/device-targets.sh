@@ -9,10 +9,9 @@
 # prints the tables. q8-ab: the q8_0 GGUF's decode and 512-token prefill with its Q8_0 row-major
 # and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
 # with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; ring-ab: the
-# q4_k_m GGUF's decode with KESTREL_CUDA_Q6K_INT / KESTREL_CUDA_GEMV_RING 0 / 0, 1 / 0 and 1 / 1 (RING_AB="10 11":
-# those two). Its logs and
-# JSON go under OUT_DIR; a device call brings back at most 8 files, so run it through
-# scripts/device-call.sh, which keeps the output and JSON:
+# q4_k_m GGUF's decode with KESTREL_CUDA_Q6K_INT / KESTREL_CUDA_GEMV_RING 0 / 0, 1 / 0 and 1 / 1
+# (RING_AB="10 11": those two). Its logs and JSON go under OUT_DIR; a device call brings back at
+# most 8 files, so run it through scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).

@@ -235,6 +235,12 @@ __device__ __forceinline__ void rows_headers(const uint8_t* __restrict__ tp, int
       hdr[mt][hh] = col < w ? __ldcs(reinterpret_cast<const uint4*>(tp + col * 16)) : make_uint4(0, 0, 0, 0);
     }
 }
+// Word c of chunk j of column col of a super-block tile tp (chunks cstride bytes apart); 0 past
+// the group's w columns.
+__device__ __forceinline__ uint32_t tile_word(const uint8_t* __restrict__ tp, int64_t cstride, int j, int col, int c,
+                                              int w) {
+  return col < w ? __ldcs(reinterpret_cast<const unsigned int*>(tp + j * cstride + col * 16) + c) : 0u;
+}
 __device__ __forceinline__ void rows_words(const uint8_t* __restrict__ tp, int64_t cstride, int q, int g, int c, int w,
                                            uint32_t (&wd)[2][2][2]) {
 #pragma unroll
@@ -242,11 +248,7 @@ __device__ __forceinline__ void rows_words(const uint8_t* __restrict__ tp, int64
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int col = 16 * mt + g + 8 * hh;
-        wd[mt][hh][h] =
-            col < w ? __ldcs(reinterpret_cast<const unsigned int*>(tp + (1 + 2 * q + h) * cstride + col * 16) + c) : 0u;
-      }
+      for (int h = 0; h < 2; ++h) wd[mt][hh][h] = tile_word(tp, cstride, 1 + 2 * q + h, 16 * mt + g + 8 * hh, c, w);
 }
 
 // The rows kernels' split on the fly of one sub-block: v = B column g's 32 values (x row g), 8 a
@@ -512,13 +514,9 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-                for (int k = 0; k < 3; ++k) {
-                  const int col = 16 * mt + g + 8 * hh;
-                  const int chunk = k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp;
-                  wd[pp][mt][hh][k] =
-                      col < wg ? __ldcs(reinterpret_cast<const unsigned int*>(tp + chunk * cstride + col * 16) + c)
-                               : 0u;
-                }
+                for (int k = 0; k < 3; ++k)
+                  wd[pp][mt][hh][k] = tile_word(tp, cstride, k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp,
+                                                16 * mt + g + 8 * hh, c, wg);
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
             uint32_t xw[3][2];

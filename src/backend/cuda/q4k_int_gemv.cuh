@@ -427,7 +427,8 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
   const int wg = int(N - g0 < kGroup ? N - g0 : kGroup);  // the group's columns
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int first = q4k_int::slice_first(S, warp), n = q4k_int::slice_first(S, warp + 1) - first;
-  const int64_t cstride = int64_t(wg) * 16, sstride = kIntSuperBytes<F> * int64_t(wg);  // bytes between chunks, super-blocks
+  // bytes between chunks, between super-blocks
+  const int64_t cstride = int64_t(wg) * 16, sstride = kIntSuperBytes<F> * int64_t(wg);
   const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * kIntSuperBytes<F> + first * sstride;
   const int64_t k0 = int64_t(first) * kSuperElems;
   float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S) : 0));

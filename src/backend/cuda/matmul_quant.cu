@@ -48,8 +48,7 @@ __device__ __forceinline__ void gemv_quant_block(const MultiTargets& t, int m, c
 template <int R>
 constexpr int kUnitCols = R == 1 ? 2 : 4;
 inline bool is_unit_format(DType dt) {
-  return dt == DType::kQ4_K || dt == DType::kQ4_K_T32 || dt == DType::kQ6_K || dt == DType::kQ6_K_T32 ||
-         dt == DType::kQ8_0 || dt == DType::kQ8_0_T32;
+  return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0 || dtype_is_t32_layout(dt);
 }
 }  // namespace
 // Output columns one block of the block-format GEMV takes for a matrix of format dt over R rows.
@@ -62,9 +61,9 @@ int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K) {
 namespace {
 // Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings and scale
 // tables when a matrix is Q4_K (99 KiB for one row, 224 KiB for 8), the Q6_K GEMV's (80 KiB,
-// 202 KiB), the integer-dot GEMV's split activations and partial sums when one is kQ4_K_T32 or
-// kQ8_0_T32 (41 KiB for one row of K = 12288, 8 KiB for 8 rows), else R rows of the activation tile. The
-// kernels are opted in to the largest once.
+// 202 KiB), the integer-dot GEMV's split activations and partial sums when one is in a T32
+// layout (41 KiB for one row of K = 12288, 8 KiB for 8 rows), else R rows of the activation
+// tile. The kernels are opted in to the largest once.
 static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
               "the copy-engine GEMVs' blocks are the GEMV's");
 constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
@@ -432,7 +431,7 @@ static int64_t quant_mma_max_rows() {
 // the other formats' 8-row GEMVs run at 270-600 GB/s, and two passes lose already (Q6_K: 157 us
 // against 123 at 16 rows; Q8_0: 286 against 106).
 // kQ4_K_T32's 8-row GEMV (s8 mmas) reads ~1.2-1.5 TB/s and the tensor-core kernel does not take
-// its layout (nor kQ8_0_T32's): 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
+// the T32 layouts: 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
 static int64_t gemv_pass_max_rows(DType dt) {
   return dtype_is_t32_layout(dt) ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
 }

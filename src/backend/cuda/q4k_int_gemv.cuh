@@ -320,13 +320,20 @@ __device__ __forceinline__ void rows_block_q8(const uint32_t (&wd)[2][2][2], con
   }
 }
 
-
-// The d of a Q6_K super-block and the scale of its sub-block j (0 .. 15) from its scales chunk
-// c: the s8 scale as a float by the magic number (its byte xor 0x80 is scale + 128), not by I2F.
+// The scale of sub-block j (0 .. 15) of a Q6_K super-block from its scales chunk c: the s8 scale
+// as a float by the magic number (its byte xor 0x80 is scale + 128), not by I2F.
 __device__ __forceinline__ float q6_scale(const uint4& c, int j) {
   const uint32_t word = (j & 8) ? ((j & 4) ? c.w : c.z) : ((j & 4) ? c.y : c.x);
   const uint32_t bits = __byte_perm(word, 0x4B000000u, 0x7540u | uint32_t(j & 3)) ^ 0x80u;
   return __fsub_rn(__uint_as_float(bits), 8388736.0f);  // 2^23 + 128
+}
+
+// The F16 bits of the d of column col of a Q6_K super-block tile tp (chunks cstride bytes apart:
+// the d's follow its 13 chunks, 2 bytes a column); 0 past the group's w columns. (Bits, so that a
+// load issued ahead of its use is not converted, and waited for, where it is issued.)
+__device__ __forceinline__ uint32_t q6_tile_d(const uint8_t* __restrict__ tp, int64_t cstride, int col, int w) {
+  const auto* d = reinterpret_cast<const unsigned short*>(tp + q4k_int::kQ6Chunks * cstride) + col;
+  return col < w ? uint32_t(__ldcs(d)) : 0u;
 }
 
 // Half h of a Q6_K super-block of the lane's column: c[0] its scales chunk, c[1 .. 4] ql chunks
@@ -448,8 +455,7 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
           const int chunk = j == 0 ? 12 : j < 5 ? 4 * h + j - 1 : 8 + 2 * h + j - 5;
           c[j] = live ? __ldcs(reinterpret_cast<const uint4*>(sp + chunk * cstride)) : make_uint4(0, 0, 0, 0);
         }
-        const uint8_t* dp = sp - lane * 16 + q4k_int::kQ6Chunks * cstride + lane * 2;
-        c[7].x = live ? uint32_t(__ldcs(reinterpret_cast<const unsigned short*>(dp))) : 0u;
+        c[7].x = q6_tile_d(sp - lane * 16, cstride, lane, wg);
       } else {
         const int skip = kQ8 ? 8 * (t & 1) : 0;
 #pragma unroll
@@ -499,12 +505,8 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int col = 16 * mt + g + 8 * hh;
-            dv[mt][hh] = col < wg ? f16_bits_to_f32(__ldcs(reinterpret_cast<const unsigned short*>(
-                                        tp + q4k_int::kQ6Chunks * cstride + 2 * col)))
-                                  : 0.0f;
-          }
+          for (int hh = 0; hh < 2; ++hh)
+            dv[mt][hh] = f16_bits_to_f32(uint16_t(q6_tile_d(tp, cstride, 16 * mt + g + 8 * hh, wg)));
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           uint32_t wd[2][2][2][3];  // [l-words 4p ..][m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c

@@ -223,12 +223,12 @@ KESTREL_HD inline float slice_dot(Load&& load, Dot&& dot, Buf& a, Buf& b, int n)
 // multiprocessor, whose 8 warps hide the loads' latency less than 16 do.
 template <int D, typename Buf, typename Load, typename Dot>
 KESTREL_HD inline float slice_dot_ring(Load&& load, Dot&& dot, Buf (&buf)[D], int n) {
-#pragma unroll
+KESTREL_UNROLL
   for (int i = 1; i < D - 1; ++i)
     if (i < n) load(buf[i], i);
   float y = 0.0f;
   for (int t = 0; t < n; t += D) {
-#pragma unroll
+KESTREL_UNROLL
     for (int j = 0; j < D; ++j) {
       const int u = t + j;
       if (u >= n) break;

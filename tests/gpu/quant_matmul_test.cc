@@ -359,9 +359,9 @@ void QuantGpuTest::check_int_t32(DType dt) {
   const bool q6 = dt == DType::kQ6_K;
   // (8192 x 256: more groups than multiprocessors, so one row takes the kernel capped at 128
   // registers; the others one block a multiprocessor, the ring of 4 units in flight)
-  const auto shapes =
-      q6 ? std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {104, 1024}, {40, 2560}, {64, 256}, {8192, 256}}
-         : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {100, 1024}, {33, 2560}, {64, 256}, {8192, 256}};
+  // (Q6_K's partial groups: a multiple of 8 rows)
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {320, 4096}, {q6 ? 104 : 100, 1024}, {q6 ? 40 : 33, 2560}, {64, 256}, {8192, 256}};
   for (auto [N, K] : shapes) {
     Buffer w = quantized(dt, N, K);
     Buffer dw = gpu().upload_matrix(w), rm = up(w);

@@ -8,14 +8,14 @@
 # checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and
 # prints the tables. q8-ab: the q8_0 GGUF's decode and 512-token prefill with its Q8_0 row-major
 # and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
-# with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; ring-ab: the
-# q4_k_m GGUF's decode with KESTREL_CUDA_Q6K_INT / KESTREL_CUDA_GEMV_RING 0 / 0, 1 / 0 and 1 / 1
-# (RING_AB="10 11": those two). Its logs and JSON go under OUT_DIR; a device call brings back at
-# most 8 files, so run it through scripts/device-call.sh, which keeps the output and JSON:
+# with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; wide-ab: the
+# q4_k_m GGUF's decode with its T32 matrices of at most 4096 rows in 8 slices
+# (KESTREL_CUDA_GEMV_WIDE=0) and in 16. Its logs and JSON go under OUT_DIR; a device call brings
+# back at most 8 files, so run it through scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|ring-ab ...]
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab ...]
 #          (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
@@ -54,15 +54,14 @@ for w in $which; do
         KESTREL_CUDA_Q6K_INT=$v bash scripts/device-bench-gguf.sh "$out/q6-int$v" Qwen3.5-9B qwen35-9b q4_k_m -p 512 \
           -n 64 -b 1,8 -r 2 2>&1 | sed "s/^==/== KESTREL_CUDA_Q6K_INT=$v/" | show
       done ;;
-    ring-ab)  # the q4_k_m GGUF's decode, its Q6_K row-major or T32, the one-row GEMV's ring off or on
-      for v in ${RING_AB:-00 10 11}; do  # each: KESTREL_CUDA_Q6K_INT's digit, then KESTREL_CUDA_GEMV_RING's
-        q=${v:0:1} r=${v:1:1}
-        KESTREL_CUDA_Q6K_INT=$q KESTREL_CUDA_GEMV_RING=$r bash scripts/device-bench-gguf.sh "$out/ring-q6$q-ring$r" \
+    wide-ab)  # the q4_k_m GGUF's decode, its T32 matrices of at most 4096 rows in 8 slices or 16
+      for v in 0 1; do
+        KESTREL_CUDA_GEMV_WIDE=$v bash scripts/device-bench-gguf.sh "$out/wide$v" \
           Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 |
-          sed "s/^==/== KESTREL_CUDA_Q6K_INT=$q KESTREL_CUDA_GEMV_RING=$r/" | show
+          sed "s/^==/== KESTREL_CUDA_GEMV_WIDE=$v/" | show
       done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab or ring-ab)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab or wide-ab)"; exit 2 ;;
   esac
   el "$w"
 done

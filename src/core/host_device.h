@@ -1,6 +1,5 @@
 // What code that compiles both for the host and for CUDA devices shares: KESTREL_HD marks a
-// function for both, KESTREL_UNROLL asks the device compiler to unroll a loop of one (the host's
-// warns of the pragma), and the bit casts between an F32 and its 32-bit pattern take the device's
+// function for both, and the bit casts between an F32 and its 32-bit pattern take the device's
 // intrinsics there and memcpy here (the same bits either way).
 #pragma once
 
@@ -9,10 +8,8 @@
 
 #if defined(__CUDACC__)
 #define KESTREL_HD __host__ __device__
-#define KESTREL_UNROLL _Pragma("unroll")  // a loop of KESTREL_HD code the device compiler unrolls
 #else
 #define KESTREL_HD
-#define KESTREL_UNROLL
 #endif
 
 namespace kestrel {

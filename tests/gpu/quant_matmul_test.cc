@@ -352,16 +352,16 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
 // (8-row passes on s8 mmas): every row has the bits it has alone. Past 64 the prefill path
 // dequantizes the same values as the row-major matrix's, so its bits are the row-major matrix's.
 // Shapes: whole groups and a partial one (100, 33 rows; Q6_K: 104, 40), slices of uneven length
-// (K = 2560: 10 super-blocks over 8 warps; K = 1024 and 256: warps with none), and launches of
-// fewer and of more blocks than multiprocessors (the one-row kernels with 4 and 2 units in flight).
+// (K = 2560: 10 super-blocks over 8 slices; K = 5120: 20 over 16; K = 1024 and 256: slices with
+// none), 16 slices (at most 128 groups of at least 16 super-blocks: one row on 16-warp blocks) and
+// 8 (more groups, or fewer super-blocks).
 void QuantGpuTest::check_int_t32(DType dt) {
   const DType t32 = t32_of(dt);
   const bool q6 = dt == DType::kQ6_K;
-  // (8192 x 256: more groups than multiprocessors, so one row takes the kernel capped at 128
-  // registers; the others one block a multiprocessor, the ring of 4 units in flight)
   // (Q6_K's partial groups: a multiple of 8 rows)
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {320, 4096}, {q6 ? 104 : 100, 1024}, {q6 ? 40 : 33, 2560}, {64, 256}, {8192, 256}};
+      {320, 4096}, {q6 ? 104 : 100, 5120}, {q6 ? 104 : 100, 1024}, {q6 ? 40 : 33, 2560},
+      {64, 256},   {8192, 256},            {4136, 4096}};
   for (auto [N, K] : shapes) {
     Buffer w = quantized(dt, N, K);
     Buffer dw = gpu().upload_matrix(w), rm = up(w);
@@ -419,26 +419,31 @@ void QuantGpuTest::check_int_t32(DType dt) {
 // matmul_multi with T32 matrices beside other formats in one launch: each as alone. `other`: the
 // format of a second T32 matrix in the launch.
 void QuantGpuTest::check_multi_with_t32(DType dt, DType other) {
-  const int64_t K = 1024;
+  const int64_t K = 4096;  // 16 super-blocks: the T32 matrices (at most 128 groups) take 16 slices
   Buffer a = quantized(dt, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(dt, 40, K);
   Buffer d = quantized(other, 64, K);
   Buffer da = gpu().upload_matrix(a), db = up(b), dc = up(c), dd = gpu().upload_matrix(d);
   ASSERT_EQ(da.view().dtype, t32_of(dt));
   ASSERT_EQ(dd.view().dtype, t32_of(other));
-  for (int T : {1, 5}) {
-    Buffer dx = up(random(T, K));
-    std::vector<Buffer> outs;
-    std::vector<MatmulTarget> targets;
-    for (const Buffer* m : {&da, &db, &dc, &dd}) {
-      outs.push_back(gpu().alloc(DType::kF32, T, m->view().rows));
-      targets.push_back({.out = outs.back(), .w = *m});
-    }
-    gpu().matmul_multi(dx, targets);
-    int i = 0;
-    for (const Buffer* m : {&da, &db, &dc, &dd}) {
-      Buffer sep = gpu().alloc(DType::kF32, T, m->view().rows);
-      gpu().matmul(sep, dx, *m);
-      EXPECT_EQ(down(outs[size_t(i++)]), down(sep)) << dtype_name(m->view().dtype) << " T=" << T;
+  // with other formats (8-warp blocks, two slices a warp), and the T32 matrices alone (16-warp
+  // blocks for one row where the launch's kernel holds both formats)
+  for (const std::vector<const Buffer*>& mats :
+       {std::vector<const Buffer*>{&da, &db, &dc, &dd}, std::vector<const Buffer*>{&da, &dd}}) {
+    for (int T : {1, 5}) {
+      Buffer dx = up(random(T, K));
+      std::vector<Buffer> outs;
+      std::vector<MatmulTarget> targets;
+      for (const Buffer* m : mats) {
+        outs.push_back(gpu().alloc(DType::kF32, T, m->view().rows));
+        targets.push_back({.out = outs.back(), .w = *m});
+      }
+      gpu().matmul_multi(dx, targets);
+      for (size_t i = 0; i < mats.size(); ++i) {
+        Buffer sep = gpu().alloc(DType::kF32, T, mats[i]->view().rows);
+        gpu().matmul(sep, dx, *mats[i]);
+        EXPECT_EQ(down(outs[i]), down(sep))
+            << dtype_name(mats[i]->view().dtype) << " T=" << T << " of " << mats.size() << " matrices";
+      }
     }
   }
 }

@@ -217,35 +217,27 @@ KESTREL_HD inline float slice_dot(Load&& load, Dot&& dot, Buf& a, Buf& b, int n)
   }
   return y;
 }
-// The same with D units in flight (D > 2): buf[0] holds unit 0 (loaded by the caller), unit t
-// goes to buf[t % D], loaded D - 1 units before its dot. The same sums in the same order as
-// slice_dot's, with more of the slice's loads in flight: for a kernel that runs one block a
-// multiprocessor, whose 8 warps hide the loads' latency less than 16 do.
-template <int D, typename Buf, typename Load, typename Dot>
-KESTREL_HD inline float slice_dot_ring(Load&& load, Dot&& dot, Buf (&buf)[D], int n) {
-KESTREL_UNROLL
-  for (int i = 1; i < D - 1; ++i)
-    if (i < n) load(buf[i], i);
-  float y = 0.0f;
-  for (int t = 0; t < n; t += D) {
-KESTREL_UNROLL
-    for (int j = 0; j < D; ++j) {
-      const int u = t + j;
-      if (u >= n) break;
-      if (u + D - 1 < n) load(buf[(j + D - 1) % D], u + D - 1);
-      y = dot(buf[j], u, y);
-    }
-  }
-  return y;
+// A group's slices: V contiguous runs of its S super-blocks, slice v [slice_first(S, v, V),
+// slice_first(S, v + 1, V)), each summed on its own (a warp's) and the V sums added in order. V
+// depends on the matrix alone, so a row's bits do not depend on the launch or its rows: 8, or 16
+// for a matrix of at most kWideGroups groups (4096 rows: its launch alone is at most one block a
+// multiprocessor, whose 8 warps leave the multiprocessor short of work) and at least 16
+// super-blocks a row. A block has P warps: 8, or 16 when every matrix of a one-row launch has 16
+// slices; warp p takes slices p V / P .. (p + 1) V / P - 1, whose super-blocks are its 8-slice range.
+constexpr int kWideSlices = 16;
+constexpr int64_t kWideGroups = 128;
+// (wide_groups: kWideGroups, or 0 for 8 slices always, KESTREL_CUDA_GEMV_WIDE=0's A/B.)
+KESTREL_HD constexpr int group_slices(int64_t N, int64_t S, int64_t wide_groups = kWideGroups) {
+  return (N + kGroup - 1) / kGroup <= wide_groups && S >= kWideSlices ? kWideSlices : kWarps;
 }
-// Warp p's slice of a row's S super-blocks: [slice_first(S, p), slice_first(S, p + 1)).
-KESTREL_HD constexpr int slice_first(int64_t S, int p) { return int(S * p / kWarps); }
-KESTREL_HD constexpr int longest_slice(int64_t S) { return int((S + kWarps - 1) / kWarps); }
-// Per warp for one row: its slice's split activations (3 bytes a value, then a unit and a sum
-// per 32 values: 208 words a super-block); then the block's partial sums, kWarps x 32 x R floats.
-KESTREL_HD constexpr size_t split_bytes(int64_t S) { return size_t(longest_slice(S)) * 208 * 4; }
-KESTREL_HD constexpr size_t smem_bytes(int R, int64_t K) {
-  return (R == 1 ? size_t(kWarps) * split_bytes(K / kSuperElems) : 0) + size_t(kWarps) * kGroup * R * 4;
+KESTREL_HD constexpr int slice_first(int64_t S, int v, int V) { return int(S * v / V); }
+KESTREL_HD constexpr int longest_slice(int64_t S, int V) { return int((S + V - 1) / V); }
+// Per warp of a block of P warps, for one row: its slices' split activations (3 bytes a value,
+// then a unit and a sum per 32 values: 208 words a super-block); then the block's partial sums,
+// kWideSlices x 32 x R floats.
+KESTREL_HD constexpr size_t split_bytes(int64_t S, int P) { return size_t(longest_slice(S, P)) * 208 * 4; }
+KESTREL_HD constexpr size_t smem_bytes(int R, int64_t K, int P) {
+  return (R == 1 ? size_t(P) * split_bytes(K / kSuperElems, P) : 0) + size_t(kWideSlices) * kGroup * R * 4;
 }
 
 // One value's split under inv = 2^(6 - e) (e the exponent of its 32 values' largest magnitude, so

@@ -62,16 +62,16 @@ namespace {
 // Dynamic shared memory of the block-format GEMV over R rows: the Q4_K GEMV's rings and scale
 // tables when a matrix is Q4_K (99 KiB for one row, 224 KiB for 8), the Q6_K GEMV's (80 KiB,
 // 202 KiB), the integer-dot GEMV's split activations and partial sums when one is in a T32
-// layout (41 KiB for one row of K = 12288, 8 KiB for 8 rows), else R rows of the activation
+// layout (41 KiB for one row of K = 12288, 16 KiB for 8 rows), else R rows of the activation
 // tile. The kernels are opted in to the largest once.
 static_assert(kGemvWarps == q4k_gemv::kWarps && kGemvWarps == q6k_gemv::kWarps,
               "the copy-engine GEMVs' blocks are the GEMV's");
 constexpr size_t kQuantGemvSmemMax = size_t(227) << 10;
-inline size_t gemv_quant_smem(int R, bool q4k, bool q6k, bool t32, int64_t K) {
+inline size_t gemv_quant_smem(int R, bool q4k, bool q6k, bool t32, int64_t K, int warps) {
   size_t bytes = R > 1 ? size_t(R) * kGemvTileK * sizeof(float) : 16;
   if (q4k) bytes = std::max(bytes, q4k_gemv::smem_bytes(R));
   if (q6k) bytes = std::max(bytes, q6k_gemv::smem_bytes(R));
-  if (t32) bytes = std::max(bytes, q4k_int::smem_bytes(R, K));
+  if (t32) bytes = std::max(bytes, q4k_int::smem_bytes(R, K, warps));
   return bytes;
 }
 static_assert(kGemvWarps == q4k_int::kWarps, "the integer-dot GEMV's blocks are the GEMV's");
@@ -102,42 +102,15 @@ template <FormatSet kSet>
 constexpr bool kHoldsQ6Int = kSet == FormatSet::kAll || kSet == FormatSet::kQ46Units;
 template <FormatSet kSet>
 constexpr bool kHoldsQ8Int = kSet == FormatSet::kAll || kSet == FormatSet::kQ8Units;
-// kRing (one row): a launch of at most one block a multiprocessor (a 4096-row matrix's 128
-// groups), so the kernel is not capped at 128 registers, and the integer-dot GEMVs keep 4 units a
-// lane in flight instead of 2 (slice_dot_ring): 8 warps a multiprocessor hide the loads' latency
-// less than the 16 of a larger launch. The same sums in the same order.
-template <int R, FormatSet kSet, bool kRing = false>
-__global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R == 1 && !kRing ? 2 : 1)
-    gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
-                            int64_t K) {
-  static_assert(!kRing || R == 1, "the ring is the one-row kernel's");
-  constexpr int D = kRing ? 4 : 2;
+// gemv_multi_quant_kernel's formats other than the T32 layouts (8-warp blocks): matrix m's block
+// `block`.
+template <int R, FormatSet kSet>
+__device__ __forceinline__ void gemv_other_formats(const MultiTargets& t, const TmaMaps& maps,
+                                                   const float* __restrict__ x, int64_t K, int m, int64_t block,
+                                                   uint8_t* gemv_smem) {
   constexpr bool kUnitsOnly = kSet != FormatSet::kAll;
-  int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
-  while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
-  const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
-  // gemv_quant_smem(R, ..) bytes: the copy-engine GEMVs' rings, or the other formats' activation tile
-  extern __shared__ __align__(16) uint8_t gemv_smem[];
   float* const xs = reinterpret_cast<float*>(gemv_smem);
   const DType dt = t.dtype[m];
-  if constexpr (kHoldsQ4Int<kSet>) {
-    if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-      gemv_int_block<R, IntFormat::kQ4, D>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
-      return;
-    }
-  }
-  if constexpr (kHoldsQ8Int<kSet>) {
-    if (dt == DType::kQ8_0_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ8, D>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
-      return;
-    }
-  }
-  if constexpr (kHoldsQ6Int<kSet>) {
-    if (dt == DType::kQ6_K_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ6, D>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem);
-      return;
-    }
-  }
   if (dt == DType::kQ4_K) {  // copies its weights before pdl_begin() itself
     gemv_q4k_block<R>(t.out[m], x, t.w[m], &maps.map[m], K, t.n[m], block, gemv_smem);
     return;
@@ -158,6 +131,42 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kSet != FormatSet::kAll && R 
       default: gemv_quant_block<QMXFP4, R>(t, m, x, K, block, xs); break;
     }
   }
+}
+
+// P: the block's warps, kGemvWarps, or q4k_int::kWideSlices for a one-row launch whose every
+// matrix is in a T32 layout with that many slices (a 4096-row matrix: 128 blocks, one a
+// multiprocessor, so 16 warps a multiprocessor instead of 8; q4k_int::group_slices). That
+// instantiation holds only the integer-dot GEMVs; capped at 128 registers like the 8-warp one.
+template <int R, FormatSet kSet, int P = kGemvWarps>
+__global__ void __launch_bounds__(P * 32, kSet != FormatSet::kAll && R == 1 && P == kGemvWarps ? 2 : 1)
+    gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
+                            int64_t K, int64_t wide_groups) {
+  static_assert(P == kGemvWarps || (R == 1 && kSet != FormatSet::kAll), "16 warps are the one-row T32 kernel's");
+  int m = 0;  // from the kernel's parameters only: nothing a previous kernel writes
+  while (m + 1 < t.count && int64_t(blockIdx.x) >= t.block_end[m]) ++m;
+  const int64_t block = int64_t(blockIdx.x) - (m ? t.block_end[m - 1] : 0);
+  // gemv_quant_smem(R, ..) bytes: the copy-engine GEMVs' rings, or the other formats' activation tile
+  extern __shared__ __align__(16) uint8_t gemv_smem[];
+  const DType dt = t.dtype[m];
+  if constexpr (kHoldsQ4Int<kSet>) {
+    if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
+      gemv_int_block<R, IntFormat::kQ4, P>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
+      return;
+    }
+  }
+  if constexpr (kHoldsQ8Int<kSet>) {
+    if (dt == DType::kQ8_0_T32) {  // likewise
+      gemv_int_block<R, IntFormat::kQ8, P>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
+      return;
+    }
+  }
+  if constexpr (kHoldsQ6Int<kSet>) {
+    if (dt == DType::kQ6_K_T32) {  // likewise
+      gemv_int_block<R, IntFormat::kQ6, P>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
+      return;
+    }
+  }
+  if constexpr (P == kGemvWarps) gemv_other_formats<R, kSet>(t, maps, x, K, m, block, gemv_smem);
 }
 
 // Rows [row0, row0 + rows) of a block-format matrix [N, K] as BF16 [rows, K]: hi = ggml's
@@ -336,34 +345,37 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
   return map;
 }
 
-// Whether a one-row launch of `blocks` blocks with T32 matrices runs the ring kernel: at most one
-// block a multiprocessor, unless KESTREL_CUDA_GEMV_RING=0 (to compare in one build).
-bool use_ring(int64_t blocks, bool t32) {
-  static const bool on = [] {
-    const char* v = std::getenv("KESTREL_CUDA_GEMV_RING");
-    return !(v && v[0] == '0');
+// The T32 matrices' slices' group bound, q4k_int::kWideGroups, or 0 (8 slices always) with
+// KESTREL_CUDA_GEMV_WIDE=0, to compare in one build.
+int64_t wide_groups() {
+  static const int64_t groups = [] {
+    const char* v = std::getenv("KESTREL_CUDA_GEMV_WIDE");
+    return v && v[0] == '0' ? int64_t(0) : q4k_int::kWideGroups;
   }();
-  return on && t32 && blocks <= sm_count();
+  return groups;
 }
 
-template <int R, FormatSet kSet, bool kRing>
+template <int R, FormatSet kSet, int P>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K,
                               const TmaMaps& maps, size_t smem) {
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, kRing>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kQuantGemvSmemMax)));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kQuantGemvSmemMax)));
   });
-  launch(gemv_multi_quant_kernel<R, kSet, kRing>, unsigned(blocks), kGemvWarps * 32, smem, stream, mt, maps, x, K);
+  launch(gemv_multi_quant_kernel<R, kSet, P>, unsigned(blocks), P * 32, smem, stream, mt, maps, x, K, wide_groups());
   CUDA_CHECK_LAUNCH();
 }
 
 template <int R, FormatSet kSet>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
-  bool q4k = false, q6k = false, t32 = false;
+  bool q4k = false, q6k = false, t32 = false, wide = R == 1 && kSet != FormatSet::kAll;
   TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
-    if (dtype_is_t32_layout(mt.dtype[m])) {
+    const bool unit = dtype_is_t32_layout(mt.dtype[m]);
+    wide = wide && unit &&
+           q4k_int::group_slices(mt.n[m], K / q4k_int::kSuperElems, wide_groups()) == q4k_int::kWideSlices;
+    if (unit) {
       t32 = true;
     } else if (mt.dtype[m] == DType::kQ4_K) {
       q4k = true;
@@ -373,13 +385,14 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
       maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
     }
   }
-  const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K);
+  const int warps = wide ? q4k_int::kWideSlices : kGemvWarps;
+  const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K, warps);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
   if constexpr (R == 1 && kSet != FormatSet::kAll) {
-    if (use_ring(blocks, t32)) return launch_gemv_quant_kernel<R, kSet, true>(stream, mt, blocks, x, K, maps, smem);
+    if (wide) return launch_gemv_quant_kernel<R, kSet, q4k_int::kWideSlices>(stream, mt, blocks, x, K, maps, smem);
   }
-  launch_gemv_quant_kernel<R, kSet, false>(stream, mt, blocks, x, K, maps, smem);
+  launch_gemv_quant_kernel<R, kSet, kGemvWarps>(stream, mt, blocks, x, K, maps, smem);
 }
 
 template <FormatSet kSet>

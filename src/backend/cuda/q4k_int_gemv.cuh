@@ -416,29 +416,33 @@ constexpr int kIntSuperBytes = F == IntFormat::kQ4 ? q4k_int::kSuperBytes
 template <IntFormat F>
 constexpr int kIntUnitsPerSuper = F == IntFormat::kQ4 ? 1 : 2;
 
-// The work of one block (q4k_int::kWarps warps) for R rows: out [R, N] (row stride N) = x [R, K] .
-// w^T, w [N, K] in the T32 layout of format F (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32), the columns of
-// group `group` (32, or the last group's w); warp p takes super-blocks [slice_first(S, p),
-// slice_first(S, p + 1)) of every column. Calls pdl_begin() itself: one row's first weights are
-// loaded before it. smem: q4k_int::smem_bytes(R, K) bytes. K % 256 == 0; x 16-byte aligned. D:
-// one row's units in flight a lane (2, or more for a kernel of one block a multiprocessor; the
-// same sums either way).
-template <int R, IntFormat F, int D = 2>
+// The work of one block of P warps for R rows: out [R, N] (row stride N) = x [R, K] . w^T, w [N, K]
+// in the T32 layout of format F (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32), the columns of group `group`
+// (32, or the last group's w). The group's V = q4k_int::group_slices(N, S, wide_groups) slices of
+// super-blocks (V = P, or 2P: a 16-slice matrix in an 8-warp block) each have their own sum, and
+// the V sums are added in order, so a row's bits depend on neither P nor R. Warp p takes slices
+// p V / P .. (p + 1) V / P - 1, contiguous super-blocks: with two, its sum restarts at the second.
+// Calls pdl_begin() itself: one row's first weights are loaded before it. smem:
+// q4k_int::smem_bytes(R, K, P) bytes. K % 256 == 0; x 16-byte aligned.
+template <int R, IntFormat F, int P>
 __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
-                                               uint8_t* __restrict__ smem) {
+                                               uint8_t* __restrict__ smem, int64_t wide_groups) {
   using namespace q4k_int_detail;
-  constexpr int P = q4k_int::kWarps;
   constexpr bool kQ8 = F == IntFormat::kQ8, kQ6 = F == IntFormat::kQ6;
   const int64_t S = K / kSuperElems, g0 = group * kGroup;
+  const int V = q4k_int::group_slices(N, S, wide_groups);
+  const int per = P == q4k_int::kWideSlices ? 1 : V / P;  // the warp's slices: v0, and v0 + 1 if per is 2
   const int wg = int(N - g0 < kGroup ? N - g0 : kGroup);  // the group's columns
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const int first = q4k_int::slice_first(S, warp), n = q4k_int::slice_first(S, warp + 1) - first;
+  const int v0 = warp * per;
+  const int first = q4k_int::slice_first(S, v0, V), n = q4k_int::slice_first(S, v0 + per, V) - first;
+  const int mid = q4k_int::slice_first(S, v0 + 1, V) - first;  // where slice v0 ends (n if per is 1)
   // bytes between chunks, between super-blocks
   const int64_t cstride = int64_t(wg) * 16, sstride = kIntSuperBytes<F> * int64_t(wg);
   const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * kIntSuperBytes<F> + first * sstride;
   const int64_t k0 = int64_t(first) * kSuperElems;
-  float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S) : 0));
+  float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S, P) : 0));
   if constexpr (R == 1) {
     const bool live = lane < wg;
     const uint8_t* p = gbase + lane * 16;
@@ -464,30 +468,35 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
                       : make_uint4(0, 0, 0, 0);
       }
     };
-    uint4 buf[D][kChunks];  // D == 2: slice_dot's a and b
-    if (n > 0) load(buf[0], 0);  // the weights do not depend on the kernel before
+    uint4 a[kChunks], b[kChunks];
+    if (n > 0) load(a, 0);  // the weights do not depend on the kernel before
     pdl_begin();
-    uint32_t* m0 = reinterpret_cast<uint32_t*>(smem + size_t(warp) * q4k_int::split_bytes(S));
+    uint32_t* m0 = reinterpret_cast<uint32_t*>(smem + size_t(warp) * q4k_int::split_bytes(S, P));
     uint32_t* m1 = m0 + n * 64;
     uint32_t* m2 = m1 + n * 64;
     float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
     split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
+    const int units = kIntUnitsPerSuper<F> * n, mid_unit = kIntUnitsPerSuper<F> * mid;
     auto dot = [&](const uint4(&c)[kChunks], int t, float acc) {
+      if (t == mid_unit) {  // slice v0 + 1 starts (never if per is 1)
+        partial[v0 * kGroup + lane] = acc;
+        acc = 0.0f;
+      }
       if constexpr (kQ8) return q8_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
       else if constexpr (kQ6) return q6_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
       else return super_block(c, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, acc);
     };
-    const int units = kIntUnitsPerSuper<F> * n;
-    float y;
-    if constexpr (D == 2) y = q4k_int::slice_dot(load, dot, buf[0], buf[1], units);
-    else y = q4k_int::slice_dot_ring<D>(load, dot, buf, units);
-    partial[warp * kGroup + lane] = y;
+    float y = q4k_int::slice_dot(load, dot, a, b, units);
+    if (mid_unit == units) {  // slice v0 ran to the end
+      partial[v0 * kGroup + lane] = y;
+      y = 0.0f;
+    }
+    if (per > 1) partial[(v0 + 1) * kGroup + lane] = y;
     __syncthreads();
     if (warp == 0 && live) {
       float s = partial[lane];
-#pragma unroll
-      for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[q * kGroup + lane]);
+      for (int q = 1; q < V; ++q) s = __fadd_rn(s, partial[q * kGroup + lane]);
       out[g0 + lane] = s;
     }
   } else {
@@ -496,82 +505,89 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     const float* xg = x + int64_t(min(g, R - 1)) * K + k0 + 4 * c;  // B column g: x row g (past R, the last)
     const int ra = min(2 * c, R - 1), rb = min(2 * c + 1, R - 1);   // this lane's output rows' sources
     float y[2][4] = {};
-    for (int t = 0; t < n; ++t) {
-      const uint8_t* tp = gbase + t * sstride;
-      uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 and Q6_K scales chunks
-      if constexpr (kQ6) {
-        rows_headers(tp + 12 * cstride, g, wg, hdr);
-        float dv[2][2];
+    // y into the partial sums of slice v (partial [slice][col][row]), then zeros
+    auto flush = [&](int v) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            dv[mt][hh] = f16_bits_to_f32(uint16_t(q6_tile_d(tp, cstride, 16 * mt + g + 8 * hh, wg)));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t wd[2][2][2][3];  // [l-words 4p ..][m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c
-#pragma unroll
-          for (int pp = 0; pp < 2; ++pp)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int k = 0; k < 3; ++k)
-                  wd[pp][mt][hh][k] = tile_word(tp, cstride, k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp,
-                                                16 * mt + g + 8 * hh, c, wg);
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            uint32_t xw[3][2];
-            float u[2], sm[2];
-            split_rows(xg + t * kSuperElems + 128 * h + 32 * r, ra, rb, xw, u, sm);
-#pragma unroll
-            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, y);
-          }
+        for (int j = 0; j < 4; ++j) {
+          const int col = 16 * mt + g + 8 * (j >> 1), row = 2 * c + (j & 1);
+          if (row < R) partial[(v * kGroup + col) * R + row] = y[mt][j];
+          y[mt][j] = 0.0f;
         }
-      } else {
-        rows_headers(tp, g, wg, hdr);
-        if constexpr (kQ8) {
+    };
+    for (int e = 0, t0 = 0; e < per; ++e) {  // slice v0 + e: super-blocks t0 .. t1 - 1
+      const int t1 = e + 1 < per ? mid : n;
+      for (int t = t0; t < t1; ++t) {
+        const uint8_t* tp = gbase + t * sstride;
+        uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 and Q6_K scales chunks
+        if constexpr (kQ6) {
+          rows_headers(tp + 12 * cstride, g, wg, hdr);
+          float dv[2][2];
 #pragma unroll
-          for (int bk = 0; bk < 8; ++bk) {
-            uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
-            rows_words(tp, cstride, bk, g, c, wg, wd);
-            uint32_t xw[3][2];
-            float u[2], sm[2];
-            split_rows(xg + t * kSuperElems + 32 * bk, ra, rb, xw, u, sm);
-            rows_block_q8(wd, hdr, bk, xw, u, y);
-          }
-        } else {
+          for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
-            rows_words(tp, cstride, q, g, c, wg, wd);
+            for (int hh = 0; hh < 2; ++hh)
+              dv[mt][hh] = f16_bits_to_f32(uint16_t(q6_tile_d(tp, cstride, 16 * mt + g + 8 * hh, wg)));
 #pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {
+          for (int h = 0; h < 2; ++h) {
+            uint32_t wd[2][2][2][3];  // [l-words 4p ..][m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c
+#pragma unroll
+            for (int pp = 0; pp < 2; ++pp)
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                  for (int k = 0; k < 3; ++k)
+                    wd[pp][mt][hh][k] = tile_word(tp, cstride, k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp,
+                                                  16 * mt + g + 8 * hh, c, wg);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
               uint32_t xw[3][2];
               float u[2], sm[2];
-              split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
-              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
+              split_rows(xg + t * kSuperElems + 128 * h + 32 * r, ra, rb, xw, u, sm);
+#pragma unroll
+              for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, y);
+            }
+          }
+        } else {
+          rows_headers(tp, g, wg, hdr);
+          if constexpr (kQ8) {
+#pragma unroll
+            for (int bk = 0; bk < 8; ++bk) {
+              uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
+              rows_words(tp, cstride, bk, g, c, wg, wd);
+              uint32_t xw[3][2];
+              float u[2], sm[2];
+              split_rows(xg + t * kSuperElems + 32 * bk, ra, rb, xw, u, sm);
+              rows_block_q8(wd, hdr, bk, xw, u, y);
+            }
+          } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
+              rows_words(tp, cstride, q, g, c, wg, wd);
+#pragma unroll
+              for (int hi = 0; hi < 2; ++hi) {
+                uint32_t xw[3][2];
+                float u[2], sm[2];
+                split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
+                rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
+              }
             }
           }
         }
       }
+      flush(v0 + e);
+      t0 = t1;
     }
-    // partial [warp][col][row]
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = 16 * mt + g + 8 * (j >> 1), row = 2 * c + (j & 1);
-        if (row < R) partial[(warp * kGroup + col) * R + row] = y[mt][j];
-      }
     __syncthreads();
     for (int i = int(threadIdx.x); i < kGroup * R; i += 32 * P) {
       const int col = i / R, row = i % R;
       if (col >= wg) continue;
       float s = partial[col * R + row];
-#pragma unroll
-      for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[(q * kGroup + col) * R + row]);
+      for (int q = 1; q < V; ++q) s = __fadd_rn(s, partial[(q * kGroup + col) * R + row]);
       out[int64_t(row) * N + g0 + col] = s;
     }
   }

@@ -150,17 +150,41 @@ TEST(BlockGemvGeometry, Q4kIntLayoutPermutesWithinGroups) {
         EXPECT_EQ(q4k_int::chunk_offset(N, S, 1, 0, 3, chunks) - q4k_int::chunk_offset(N, S, 0, 0, 3, chunks), 16);
       }
     }
-    std::vector<int> covered(size_t(S), 0);
-    for (int p = 0; p < q4k_int::kWarps; ++p) {
-      const int a = q4k_int::slice_first(S, p), b = q4k_int::slice_first(S, p + 1);
-      EXPECT_LE(a, b);
-      EXPECT_LE(b - a, q4k_int::longest_slice(S));
-      for (int t = a; t < b; ++t) ++covered[size_t(t)];
+    for (int V : {q4k_int::kWarps, q4k_int::kWideSlices}) {
+      std::vector<int> covered(size_t(S), 0);
+      for (int v = 0; v < V; ++v) {
+        const int a = q4k_int::slice_first(S, v, V), b = q4k_int::slice_first(S, v + 1, V);
+        EXPECT_LE(a, b);
+        EXPECT_LE(b - a, q4k_int::longest_slice(S, V));
+        for (int t = a; t < b; ++t) ++covered[size_t(t)];
+      }
+      for (int64_t t = 0; t < S; ++t) EXPECT_EQ(covered[size_t(t)], 1) << S << " super-block " << t << " V " << V;
     }
-    for (int64_t t = 0; t < S; ++t) EXPECT_EQ(covered[size_t(t)], 1) << S << " super-block " << t;
   }
-  EXPECT_EQ(q4k_int::smem_bytes(1, 12288), size_t(8) * 6 * 208 * 4 + 8 * 32 * 4);
-  EXPECT_EQ(q4k_int::smem_bytes(8, 12288), size_t(8) * 32 * 8 * 4);
+  // 16 slices in a block of 8 warps: warp p takes slices 2p and 2p + 1, its 8-slice range, which
+  // its split buffer holds
+  for (int64_t S = 1; S <= 100; ++S)
+    for (int p = 0; p < q4k_int::kWarps; ++p) {
+      EXPECT_EQ(q4k_int::slice_first(S, 2 * p, q4k_int::kWideSlices), q4k_int::slice_first(S, p, q4k_int::kWarps));
+      EXPECT_EQ(q4k_int::slice_first(S, 2 * p + 2, q4k_int::kWideSlices),
+                q4k_int::slice_first(S, p + 1, q4k_int::kWarps));
+    }
+  EXPECT_EQ(q4k_int::smem_bytes(1, 12288, 8), size_t(8) * 6 * 208 * 4 + 16 * 32 * 4);
+  EXPECT_EQ(q4k_int::smem_bytes(1, 12288, 16), size_t(16) * 3 * 208 * 4 + 16 * 32 * 4);
+  EXPECT_EQ(q4k_int::smem_bytes(8, 12288, 8), size_t(16) * 32 * 8 * 4);
+}
+
+// A T32 matrix's slices depend on its shape alone: 16 for at most 128 groups (4096 rows) of at
+// least 16 super-blocks, else 8; and 8 always when the wide slices are off (wide_groups 0).
+TEST(BlockGemvGeometry, IntGemvSlicesDependOnTheMatrixAlone) {
+  EXPECT_EQ(q4k_int::group_slices(4096, 48), 16);  // the 9B's ffn_down
+  EXPECT_EQ(q4k_int::group_slices(4096, 16), 16);  // its 4096 x 4096 projections
+  EXPECT_EQ(q4k_int::group_slices(4072, 16), 16);  // a partial last group
+  EXPECT_EQ(q4k_int::group_slices(4097, 16), 8);   // 129 groups
+  EXPECT_EQ(q4k_int::group_slices(12288, 16), 8);  // gate / up
+  EXPECT_EQ(q4k_int::group_slices(320, 15), 8);    // too few super-blocks for 16 slices
+  EXPECT_EQ(q4k_int::group_slices(32, 16), 16);
+  EXPECT_EQ(q4k_int::group_slices(4096, 48, 0), 8);
 }
 
 // to_tile_layout (the upload's and the bench's permutation) moves each 16-byte chunk to chunk_offset.
@@ -273,12 +297,12 @@ TEST(BlockGemvGeometry, Q6IntQuarterBytesAreFourTimesTheCenteredQuants) {
   }
 }
 
-// The one-row integer-dot GEMV's walks over a lane's units (slice_dot: 2 in flight; slice_dot_ring:
-// D): every dot reads the unit its buffer was last loaded with, the units in order 0 .. n - 1, each
-// loaded once and before its dot, never a buffer reloaded before its dot, and at most D loads
-// ahead of the dots. A buffer here records the unit it holds.
+// The one-row integer-dot GEMV's walk over a lane's units (slice_dot, 2 in flight): every dot
+// reads the unit its buffer was last loaded with, the units in order 0 .. n - 1, each loaded once
+// and before its dot, never a buffer reloaded before its dot, and at most 2 loads ahead of the
+// dots. A buffer here records the unit it holds.
 TEST(BlockGemvGeometry, IntGemvSliceWalksDotEachUnitOnceInOrder) {
-  auto check = [](int n, int D, auto walk) {
+  for (int n = 1; n <= 21; ++n) {
     std::vector<int> dots, loads(1, 0);  // the caller loads unit 0 into the first buffer
     int ahead = 1;
     auto load = [&](int& buf, int t) {
@@ -287,31 +311,18 @@ TEST(BlockGemvGeometry, IntGemvSliceWalksDotEachUnitOnceInOrder) {
       ahead = std::max(ahead, int(loads.size()) - int(dots.size()));
     };
     auto dot = [&](const int& buf, int t, float y) {
-      EXPECT_EQ(buf, t) << "n " << n << " D " << D;
+      EXPECT_EQ(buf, t) << "n " << n;
       dots.push_back(t);
       return y + 1.0f;
     };
-    const float y = walk(load, dot);
+    int a = 0, b = -1;
+    const float y = q4k_int::slice_dot(load, dot, a, b, n);
     std::vector<int> order(static_cast<size_t>(n));
     for (int t = 0; t < n; ++t) order[size_t(t)] = t;
-    EXPECT_EQ(dots, order) << "n " << n << " D " << D;
-    EXPECT_EQ(loads, order) << "n " << n << " D " << D;
+    EXPECT_EQ(dots, order) << "n " << n;
+    EXPECT_EQ(loads, order) << "n " << n;
     EXPECT_EQ(y, float(n));
-    EXPECT_LE(ahead, D) << "n " << n << " D " << D;
-  };
-  for (int n = 1; n <= 21; ++n) {
-    check(n, 2, [&](auto& load, auto& dot) {
-      int a = 0, b = -1;
-      return q4k_int::slice_dot(load, dot, a, b, n);
-    });
-    check(n, 3, [&](auto& load, auto& dot) {
-      int buf[3] = {0, -1, -1};
-      return q4k_int::slice_dot_ring<3>(load, dot, buf, n);
-    });
-    check(n, 4, [&](auto& load, auto& dot) {
-      int buf[4] = {0, -1, -1, -1};
-      return q4k_int::slice_dot_ring<4>(load, dot, buf, n);
-    });
+    EXPECT_LE(ahead, 2) << "n " << n;
   }
 }
 

@@ -137,7 +137,9 @@ __device__ __forceinline__ void gemv_other_formats(const MultiTargets& t, const 
 // matrix is in a T32 layout with that many slices (a 4096-row matrix: 128 blocks, one a
 // multiprocessor, so 16 warps a multiprocessor instead of 8; q4k_int::group_slices). That
 // instantiation holds only the integer-dot GEMVs; capped at 128 registers like the 8-warp one.
-template <int R, FormatSet kSet, int P = kGemvWarps>
+// kTwoSlices: an 8-warp launch with a 16-slice T32 matrix among others (each warp two slices of
+// it; gemv_int_block). Without it, every T32 matrix of the launch has P slices.
+template <int R, FormatSet kSet, int P = kGemvWarps, bool kTwoSlices = false>
 __global__ void __launch_bounds__(P * 32, kSet != FormatSet::kAll && R == 1 && P == kGemvWarps ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
                             int64_t K, int64_t wide_groups) {
@@ -150,19 +152,19 @@ __global__ void __launch_bounds__(P * 32, kSet != FormatSet::kAll && R == 1 && P
   const DType dt = t.dtype[m];
   if constexpr (kHoldsQ4Int<kSet>) {
     if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-      gemv_int_block<R, IntFormat::kQ4, P>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
+      gemv_int_block<R, IntFormat::kQ4, P, kTwoSlices>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
       return;
     }
   }
   if constexpr (kHoldsQ8Int<kSet>) {
     if (dt == DType::kQ8_0_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ8, P>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
+      gemv_int_block<R, IntFormat::kQ8, P, kTwoSlices>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
       return;
     }
   }
   if constexpr (kHoldsQ6Int<kSet>) {
     if (dt == DType::kQ6_K_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ6, P>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
+      gemv_int_block<R, IntFormat::kQ6, P, kTwoSlices>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
       return;
     }
   }
@@ -355,26 +357,29 @@ int64_t wide_groups() {
   return groups;
 }
 
-template <int R, FormatSet kSet, int P>
+template <int R, FormatSet kSet, int P, bool kTwoSlices>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K,
                               const TmaMaps& maps, size_t smem) {
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(kQuantGemvSmemMax)));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, P, kTwoSlices>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kQuantGemvSmemMax)));
   });
-  launch(gemv_multi_quant_kernel<R, kSet, P>, unsigned(blocks), P * 32, smem, stream, mt, maps, x, K, wide_groups());
+  launch(gemv_multi_quant_kernel<R, kSet, P, kTwoSlices>, unsigned(blocks), P * 32, smem, stream, mt, maps, x, K,
+         wide_groups());
   CUDA_CHECK_LAUNCH();
 }
 
 template <int R, FormatSet kSet>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
-  bool q4k = false, q6k = false, t32 = false, wide = R == 1 && kSet != FormatSet::kAll;
+  bool q4k = false, q6k = false, t32 = false, all16 = true, any16 = false;
   TmaMaps maps{};
   for (int m = 0; m < mt.count; ++m) {
     const bool unit = dtype_is_t32_layout(mt.dtype[m]);
-    wide = wide && unit &&
-           q4k_int::group_slices(mt.n[m], K / q4k_int::kSuperElems, wide_groups()) == q4k_int::kWideSlices;
+    const bool s16 =
+        unit && q4k_int::group_slices(mt.n[m], K / q4k_int::kSuperElems, wide_groups()) == q4k_int::kWideSlices;
+    all16 = all16 && s16;
+    any16 = any16 || s16;
     if (unit) {
       t32 = true;
     } else if (mt.dtype[m] == DType::kQ4_K) {
@@ -385,14 +390,16 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
       maps.map[m] = block_tensor_map(mt.dtype[m], mt.w[m], mt.n[m], mt.row_bytes[m]);
     }
   }
-  const int warps = wide ? q4k_int::kWideSlices : kGemvWarps;
-  const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K, warps);
+  const bool wide = R == 1 && kSet != FormatSet::kAll && all16;
+  const size_t smem = gemv_quant_smem(R, q4k, q6k, t32, K, wide ? q4k_int::kWideSlices : kGemvWarps);
   KCHECK_MSG(smem <= kQuantGemvSmemMax, "matmul: block-format GEMV needs ", smem, " bytes of shared memory for ", R,
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
   if constexpr (R == 1 && kSet != FormatSet::kAll) {
-    if (wide) return launch_gemv_quant_kernel<R, kSet, q4k_int::kWideSlices>(stream, mt, blocks, x, K, maps, smem);
+    constexpr int kWide = q4k_int::kWideSlices;
+    if (wide) return launch_gemv_quant_kernel<R, kSet, kWide, false>(stream, mt, blocks, x, K, maps, smem);
   }
-  launch_gemv_quant_kernel<R, kSet, kGemvWarps>(stream, mt, blocks, x, K, maps, smem);
+  if (any16) return launch_gemv_quant_kernel<R, kSet, kGemvWarps, true>(stream, mt, blocks, x, K, maps, smem);
+  launch_gemv_quant_kernel<R, kSet, kGemvWarps, false>(stream, mt, blocks, x, K, maps, smem);
 }
 
 template <FormatSet kSet>

@@ -447,6 +447,16 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
   const uint8_t* gbase = static_cast<const uint8_t*>(w) + g0 * S * kIntSuperBytes<F> + first * sstride;
   const int64_t k0 = int64_t(first) * kSuperElems;
   float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S, P) : 0));
+  // s (slice 0's sum) plus slices 1 .. V - 1's, partial[at(q)], in order (unrolled when V is P)
+  auto add_slices = [&](float s, auto at) {
+    if constexpr (kTwoSlices) {
+      for (int q = 1; q < V; ++q) s = __fadd_rn(s, partial[at(q)]);
+    } else {
+#pragma unroll
+      for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[at(q)]);
+    }
+    return s;
+  };
   if constexpr (R == 1) {
     const bool live = lane < wg;
     const uint8_t* p = gbase + lane * 16;
@@ -498,14 +508,7 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     }
     __syncthreads();
     if (warp == 0 && live) {
-      float s = partial[lane];
-      if constexpr (kTwoSlices) {
-        for (int q = 1; q < V; ++q) s = __fadd_rn(s, partial[q * kGroup + lane]);
-      } else {
-#pragma unroll
-        for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[q * kGroup + lane]);
-      }
-      out[g0 + lane] = s;
+      out[g0 + lane] = add_slices(partial[lane], [&](int q) { return q * kGroup + lane; });
     }
   } else {
     const int g = lane >> 2, c = lane & 3;
@@ -594,14 +597,8 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     for (int i = int(threadIdx.x); i < kGroup * R; i += 32 * P) {
       const int col = i / R, row = i % R;
       if (col >= wg) continue;
-      float s = partial[col * R + row];
-      if constexpr (kTwoSlices) {
-        for (int q = 1; q < V; ++q) s = __fadd_rn(s, partial[(q * kGroup + col) * R + row]);
-      } else {
-#pragma unroll
-        for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[(q * kGroup + col) * R + row]);
-      }
-      out[int64_t(row) * N + g0 + col] = s;
+      out[int64_t(row) * N + g0 + col] =
+          add_slices(partial[col * R + row], [&](int q) { return (q * kGroup + col) * R + row; });
     }
   }
 }

@@ -226,7 +226,7 @@ KESTREL_HD inline float slice_dot(Load&& load, Dot&& dot, Buf& a, Buf& b, int n)
 // slices; warp p takes slices p V / P .. (p + 1) V / P - 1, whose super-blocks are its 8-slice range.
 constexpr int kWideSlices = 16;
 constexpr int64_t kWideGroups = 128;
-// (wide_groups: kWideGroups, or 0 for 8 slices always, KESTREL_CUDA_GEMV_WIDE=0's A/B.)
+// (wide_groups: kWideGroups, or KESTREL_CUDA_GEMV_WIDE's count for an A/B; 0: 8 slices always.)
 KESTREL_HD constexpr int group_slices(int64_t N, int64_t S, int64_t wide_groups = kWideGroups) {
   return (N + kGroup - 1) / kGroup <= wide_groups && S >= kWideSlices ? kWideSlices : kWarps;
 }

@@ -347,12 +347,18 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
   return map;
 }
 
-// The T32 matrices' slices' group bound, q4k_int::kWideGroups, or 0 (8 slices always) with
-// KESTREL_CUDA_GEMV_WIDE=0, to compare in one build.
+// The T32 matrices' slices' group bound (q4k_int::group_slices): q4k_int::kWideGroups, or
+// KESTREL_CUDA_GEMV_WIDE's count of groups, to compare in one build (0: 8 slices always; 1000000:
+// 16 for every matrix of at least 16 super-blocks a row).
 int64_t wide_groups() {
   static const int64_t groups = [] {
     const char* v = std::getenv("KESTREL_CUDA_GEMV_WIDE");
-    return v && v[0] == '0' ? int64_t(0) : q4k_int::kWideGroups;
+    if (!v || !*v) return q4k_int::kWideGroups;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    KCHECK_MSG(*end == '\0' && n >= 0, "KESTREL_CUDA_GEMV_WIDE: expected a count of 32-row groups (0 or more), got '",
+               v, "'");
+    return int64_t(n);
   }();
   return groups;
 }

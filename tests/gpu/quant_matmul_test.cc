@@ -353,8 +353,8 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
 // dequantizes the same values as the row-major matrix's, so its bits are the row-major matrix's.
 // Shapes: whole groups and a partial one (100, 33 rows; Q6_K: 104, 40), slices of uneven length
 // (K = 2560: 10 super-blocks over 8 slices; K = 5120: 20 over 16; K = 1024 and 256: slices with
-// none), 16 slices (at most 128 groups of at least 16 super-blocks: one row on 16-warp blocks) and
-// 8 (more groups, or fewer super-blocks).
+// none), 16 slices (at least 16 super-blocks: one row on 16-warp blocks, many groups or few) and 8
+// (fewer super-blocks).
 void QuantGpuTest::check_int_t32(DType dt) {
   const DType t32 = t32_of(dt);
   const bool q6 = dt == DType::kQ6_K;
@@ -421,7 +421,7 @@ void QuantGpuTest::check_int_t32(DType dt) {
 // matmul_multi with T32 matrices beside other formats in one launch: each as alone. `other`: the
 // format of a second T32 matrix in the launch.
 void QuantGpuTest::check_multi_with_t32(DType dt, DType other) {
-  const int64_t K = 4096;  // 16 super-blocks: the T32 matrices (at most 128 groups) take 16 slices
+  const int64_t K = 4096;  // 16 super-blocks: the T32 matrices take 16 slices
   Buffer a = quantized(dt, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(dt, 40, K);
   Buffer d = quantized(other, 64, K);
   Buffer da = gpu().upload_matrix(a), db = up(b), dc = up(c), dd = gpu().upload_matrix(d);

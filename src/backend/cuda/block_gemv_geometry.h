@@ -219,14 +219,17 @@ KESTREL_HD inline float slice_dot(Load&& load, Dot&& dot, Buf& a, Buf& b, int n)
 }
 // A group's slices: V contiguous runs of its S super-blocks, slice v [slice_first(S, v, V),
 // slice_first(S, v + 1, V)), each summed on its own (a warp's) and the V sums added in order. V
-// depends on the matrix alone, so a row's bits do not depend on the launch or its rows: 8, or 16
-// for a matrix of at most kWideGroups groups (4096 rows: its launch alone is at most one block a
-// multiprocessor, whose 8 warps leave the multiprocessor short of work) and at least 16
-// super-blocks a row. A block has P warps: 8, or 16 when every matrix of a one-row launch has 16
-// slices; warp p takes slices p V / P .. (p + 1) V / P - 1, whose super-blocks are its 8-slice range.
+// depends on the matrix alone, so a row's bits do not depend on the launch or its rows: 16 for a
+// matrix of at least 16 super-blocks a row (K >= 4096), else 8. A block has P warps: 8, or 16
+// when every matrix of a one-row launch has 16 slices (all its T32 matrices share K, so a launch
+// of only those has); warp p takes slices p V / P .. (p + 1) V / P - 1, whose super-blocks are its
+// 8-slice range. On an H100 (2026-12-07) the 9B Q4_K_M decoded 328.7 t/s at batch 1 with 8 slices,
+// 336.0 with 16 for the matrices of at most 128 groups (4096 rows) only, and 350.7 with 16 for
+// every one; batch 8 1204.6, 1166.7 and 1192.5 (bench/results/gemv-wide-groups-h100-2026-12-07.txt).
 constexpr int kWideSlices = 16;
-constexpr int64_t kWideGroups = 128;
-// (wide_groups: kWideGroups, or KESTREL_CUDA_GEMV_WIDE's count for an A/B; 0: 8 slices always.)
+constexpr int64_t kWideGroups = INT64_MAX;
+// (wide_groups: the most groups a 16-slice matrix has, kWideGroups, or KESTREL_CUDA_GEMV_WIDE's
+// count for an A/B; 0: 8 slices always.)
 KESTREL_HD constexpr int group_slices(int64_t N, int64_t S, int64_t wide_groups = kWideGroups) {
   return (N + kGroup - 1) / kGroup <= wide_groups && S >= kWideSlices ? kWideSlices : kWarps;
 }

@@ -134,11 +134,12 @@ __device__ __forceinline__ void gemv_other_formats(const MultiTargets& t, const 
 }
 
 // P: the block's warps, kGemvWarps, or q4k_int::kWideSlices for a one-row launch whose every
-// matrix is in a T32 layout with that many slices (a 4096-row matrix: 128 blocks, one a
-// multiprocessor, so 16 warps a multiprocessor instead of 8; q4k_int::group_slices). That
-// instantiation holds only the integer-dot GEMVs; capped at 128 registers like the 8-warp one.
-// kTwoSlices: an 8-warp launch with a 16-slice T32 matrix among others (each warp two slices of
-// it; gemv_int_block). Without it, every T32 matrix of the launch has P slices.
+// matrix is in a T32 layout with that many slices (K >= 4096, q4k_int::group_slices: a 4096-row
+// matrix's 128 blocks are then 16 warps a multiprocessor instead of 8). That instantiation holds
+// only the integer-dot GEMVs; capped at 128 registers like the 8-warp one.
+// kTwoSlices: an 8-warp launch with a 16-slice T32 matrix (more than one row, or other formats
+// beside it; each warp two slices of it, gemv_int_block). Without it, every T32 matrix of the
+// launch has P slices.
 template <int R, FormatSet kSet, int P = kGemvWarps, bool kTwoSlices = false>
 __global__ void __launch_bounds__(P * 32, kSet != FormatSet::kAll && R == 1 && P == kGemvWarps ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
@@ -347,9 +348,9 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
   return map;
 }
 
-// The T32 matrices' slices' group bound (q4k_int::group_slices): q4k_int::kWideGroups, or
-// KESTREL_CUDA_GEMV_WIDE's count of groups, to compare in one build (0: 8 slices always; 1000000:
-// 16 for every matrix of at least 16 super-blocks a row).
+// The most groups a 16-slice T32 matrix has (q4k_int::group_slices): q4k_int::kWideGroups (no
+// bound), or KESTREL_CUDA_GEMV_WIDE's count, to compare in one build (0: 8 slices always; 128: the
+// matrices of at most 4096 rows only, the fortieth session's rule).
 int64_t wide_groups() {
   static const int64_t groups = [] {
     const char* v = std::getenv("KESTREL_CUDA_GEMV_WIDE");

@@ -420,8 +420,9 @@ constexpr int kIntUnitsPerSuper = F == IntFormat::kQ4 ? 1 : 2;
 // in the T32 layout of format F (kQ4_K_T32, kQ8_0_T32, kQ6_K_T32), the columns of group `group`
 // (32, or the last group's w). The group's V = q4k_int::group_slices(N, S, wide_groups) slices of
 // super-blocks each have their own sum, and the V sums are added in order, so a row's bits depend
-// on neither P nor R. V is P, or with kTwoSlices 2P (a 16-slice matrix in an 8-warp block; the
-// launch's kernel knows whether any of its matrices has 16): warp p takes slices p V / P ..
+// on neither P nor R. V is P, or with kTwoSlices 2P (a 16-slice matrix in an 8-warp block: R > 1,
+// or other formats in the launch; the launch's kernel knows whether any of its matrices has 16):
+// warp p takes slices p V / P ..
 // (p + 1) V / P - 1, contiguous super-blocks, and with two its sum restarts at the second.
 // Without kTwoSlices the code is what it was before 16 slices: with the restart inside every walk,
 // an 8-slice 12288 x 4096 Q4_K launch measured 1910 GB/s on an H100 against 2087-2108 before.

@@ -174,16 +174,18 @@ TEST(BlockGemvGeometry, Q4kIntLayoutPermutesWithinGroups) {
   EXPECT_EQ(q4k_int::smem_bytes(8, 12288, 8), size_t(16) * 32 * 8 * 4);
 }
 
-// A T32 matrix's slices depend on its shape alone: 16 for at most 128 groups (4096 rows) of at
-// least 16 super-blocks, else 8; and 8 always when the wide slices are off (wide_groups 0).
+// A T32 matrix's slices depend on its shape alone: 16 for at least 16 super-blocks a row, else 8;
+// with a group bound (KESTREL_CUDA_GEMV_WIDE's A/B), 16 only up to that many groups; 8 always at 0.
 TEST(BlockGemvGeometry, IntGemvSlicesDependOnTheMatrixAlone) {
-  EXPECT_EQ(q4k_int::group_slices(4096, 48), 16);  // the 9B's ffn_down
-  EXPECT_EQ(q4k_int::group_slices(4096, 16), 16);  // its 4096 x 4096 projections
-  EXPECT_EQ(q4k_int::group_slices(4072, 16), 16);  // a partial last group
-  EXPECT_EQ(q4k_int::group_slices(4097, 16), 8);   // 129 groups
-  EXPECT_EQ(q4k_int::group_slices(12288, 16), 8);  // gate / up
-  EXPECT_EQ(q4k_int::group_slices(320, 15), 8);    // too few super-blocks for 16 slices
+  EXPECT_EQ(q4k_int::group_slices(4096, 48), 16);    // the 9B's ffn_down
+  EXPECT_EQ(q4k_int::group_slices(4096, 16), 16);    // its 4096 x 4096 projections
+  EXPECT_EQ(q4k_int::group_slices(12288, 16), 16);   // gate / up
+  EXPECT_EQ(q4k_int::group_slices(248320, 16), 16);  // the output head
   EXPECT_EQ(q4k_int::group_slices(32, 16), 16);
+  EXPECT_EQ(q4k_int::group_slices(320, 15), 8);      // too few super-blocks for 16 slices
+  EXPECT_EQ(q4k_int::group_slices(4096, 8), 8);      // the 35B-A3B's 2048-wide rows
+  EXPECT_EQ(q4k_int::group_slices(4072, 16, 128), 16);  // a partial last group
+  EXPECT_EQ(q4k_int::group_slices(4097, 16, 128), 8);   // 129 groups
   EXPECT_EQ(q4k_int::group_slices(4096, 48, 0), 8);
 }
 

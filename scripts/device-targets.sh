@@ -9,9 +9,9 @@
 # prints the tables. q8-ab: the q8_0 GGUF's decode and 512-token prefill with its Q8_0 row-major
 # and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
 # with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; wide-ab: the
-# q4_k_m GGUF's decode with its T32 matrices of at most 4096 rows in 8 slices
-# (KESTREL_CUDA_GEMV_WIDE=0) and in 16 (=128 groups, the default; WIDE="0 128 1000000" adds every
-# T32 matrix in 16). Its logs and JSON go under OUT_DIR; a device call brings
+# q4_k_m GGUF's decode with its T32 matrices in 8 slices (KESTREL_CUDA_GEMV_WIDE=0) and in 16
+# (=1000000 groups: every matrix of 4096-wide rows or wider, the default; WIDE="0 128 1000000" adds
+# the fortieth session's rule, 16 for at most 128 groups). Its logs and JSON go under OUT_DIR; a device call brings
 # back at most 8 files, so run it through scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
@@ -46,17 +46,17 @@ for w in $which; do
       bash scripts/device-bench.sh "$out/pp-prof-bf16" Qwen3.5-9B qwen35-9b -p 512 -n 0 -b 1 -r 2 --profile \
         --matmul-precision bf16 2>&1 | grep -vE '^(weights|model|loaded)' ;;
     q8-ab)  # the q8_0 GGUF, its Q8_0 row-major (KESTREL_CUDA_Q8_0_INT=0: the unit GEMV) and in the T32 layout
-      for v in ${WIDE:-0 128}; do
+      for v in ${WIDE:-0 1000000}; do
         KESTREL_CUDA_Q8_0_INT=$v bash scripts/device-bench-gguf.sh "$out/q8-int$v" Qwen3.5-9B qwen35-9b q8_0 -p 512 \
           -n 64 -b 1,8 -r 2 2>&1 | sed "s/^==/== KESTREL_CUDA_Q8_0_INT=$v/" | show
       done ;;
     q6-ab)  # the q4_k_m GGUF, its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout
-      for v in ${WIDE:-0 128}; do
+      for v in ${WIDE:-0 1000000}; do
         KESTREL_CUDA_Q6K_INT=$v bash scripts/device-bench-gguf.sh "$out/q6-int$v" Qwen3.5-9B qwen35-9b q4_k_m -p 512 \
           -n 64 -b 1,8 -r 2 2>&1 | sed "s/^==/== KESTREL_CUDA_Q6K_INT=$v/" | show
       done ;;
-    wide-ab)  # the q4_k_m GGUF's decode, its T32 matrices of at most 4096 rows in 8 slices or 16
-      for v in ${WIDE:-0 128}; do
+    wide-ab)  # the q4_k_m GGUF's decode, its T32 matrices in 8 slices or 16
+      for v in ${WIDE:-0 1000000}; do
         KESTREL_CUDA_GEMV_WIDE=$v bash scripts/device-bench-gguf.sh "$out/wide$v" \
           Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 |
           sed "s/^==/== KESTREL_CUDA_GEMV_WIDE=$v/" | show

@@ -11,12 +11,14 @@
 # with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; wide-ab: the
 # q4_k_m GGUF's decode with its T32 matrices in 8 slices (KESTREL_CUDA_GEMV_WIDE=0) and in 16
 # (=1000000 groups: every matrix of 4096-wide rows or wider, the default; WIDE="0 128 1000000" adds
-# the fortieth session's rule, 16 for at most 128 groups). Its logs and JSON go under OUT_DIR; a device call brings
-# back at most 8 files, so run it through scripts/device-call.sh, which keeps the output and JSON:
+# the fortieth session's rule, 16 for at most 128 groups); head-ab: the q4_k_m and q8_0 GGUFs'
+# decode (batch 1, 8, 64) with the output head in its stored layout (KESTREL_HEAD_MATMUL_LAYOUT=0,
+# the default) and in the integer-dot GEMV's (=1). Its logs and JSON go under OUT_DIR; a device call brings back at most 8
+# files, so run it through scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab ...]
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab ...]
 #          (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
@@ -61,8 +63,15 @@ for w in $which; do
           Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 |
           sed "s/^==/== KESTREL_CUDA_GEMV_WIDE=$v/" | show
       done ;;
+    head-ab)  # the q4_k_m (Q6_K head) and q8_0 GGUFs' decode, the head in its stored layout or the T32 one
+      for q in q4_k_m q8_0; do
+        for v in 0 1; do
+          KESTREL_HEAD_MATMUL_LAYOUT=$v bash scripts/device-bench-gguf.sh "$out/head-$q-$v" Qwen3.5-9B qwen35-9b $q \
+            -p 0 -n 64 -b 1,8,64 -r 2 2>&1 | sed "s/^==/== KESTREL_HEAD_MATMUL_LAYOUT=$v/" | show
+        done
+      done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab or wide-ab)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab or head-ab)"; exit 2 ;;
   esac
   el "$w"
 done

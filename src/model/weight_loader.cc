@@ -1,5 +1,6 @@
 #include "model/weight_loader.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -100,6 +101,14 @@ Tensor WeightLoader::op_weight(const std::string& name, int64_t rows, int64_t co
 
 Tensor WeightLoader::matmul_weight(const std::string& name, int64_t rows, int64_t cols, bool raw) {
   return weight(name, rows, cols, raw, /*matmul_only=*/true);
+}
+
+Tensor WeightLoader::head_weight(const std::string& name, int64_t rows, int64_t cols) {
+  static const bool matmul_layout = [] {
+    const char* v = std::getenv("KESTREL_HEAD_MATMUL_LAYOUT");
+    return v && v[0] == '1';
+  }();
+  return weight(name, rows, cols, /*raw=*/true, /*matmul_only=*/matmul_layout);
 }
 
 Tensor WeightLoader::weight(const std::string& name, int64_t rows, int64_t cols, bool raw, bool matmul_only) {

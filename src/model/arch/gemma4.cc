@@ -108,7 +108,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, 
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size, P = cfg.per_layer_input_dim, L = cfg.n_layers;
   embed_ = wl.op_weight("embed_tokens.weight", V, H);
   final_norm_ = norm(wl, "norm.weight", H);
-  lm_head_ = cfg.tie_embeddings ? embed_ : wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
+  lm_head_ = cfg.tie_embeddings ? embed_ : wl.head_weight("lm_head.weight", V, H);
   if (!cfg.tie_embeddings) gathered_table(embed_, 1);
   if (P > 0) {
     ple_embed_ = wl.op_weight("embed_tokens_per_layer.weight", cfg.per_layer_vocab, L * P);

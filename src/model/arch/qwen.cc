@@ -138,7 +138,7 @@ QwenModel::QwenModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.o
   if (cfg.tie_embeddings) {
     lm_head_ = embed_;
   } else {
-    lm_head_ = wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
+    lm_head_ = wl.head_weight("lm_head.weight", V, H);
     gathered_table(embed_, 1);
   }
   layers_.resize(size_t(cfg.n_layers));

@@ -207,7 +207,7 @@ void Qwen4ExpModel::load_ple(WeightLoader& wl, const std::string& p, Qwen4Layer&
 Qwen4ExpModel::Qwen4ExpModel(const ModelConfig& cfg, WeightLoader& wl) : Model(cfg, wl.ops()) {
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
   embed_ = wl.op_weight("embed_tokens.weight", V, H);
-  lm_head_ = cfg.tie_embeddings ? embed_ : wl.op_weight("lm_head.weight", V, H, /*raw=*/true);
+  lm_head_ = cfg.tie_embeddings ? embed_ : wl.head_weight("lm_head.weight", V, H);
   if (!cfg.tie_embeddings) gathered_table(embed_, 1);
   mixer_ = hyper(wl, "hyper_connection_mixer.", /*inject=*/false);
   layers_.resize(size_t(cfg.n_layers));

@@ -132,7 +132,8 @@ float WeightLoader::scalar(const std::string& name) {
   if (!is_float(info.dtype))  // a one-element tensor cannot be a whole block
     bad_input(*info.file, ": tensor '", prefix_ + name, "' has dtype ", dtype_name(info.dtype),
               ", expected BF16, F16 or F32");
-  Tensor src{.dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data), .rows = 1, .cols = 1};
+  Tensor src{
+      .dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data), .rows = 1, .cols = 1};
   float v = 0.0f;
   cpu::load_row(src, 0, &v);
   return v;
@@ -150,7 +151,8 @@ Tensor WeightLoader::f32(const std::string& name, const std::vector<int64_t>& sh
   const int64_t rows = as_matrix ? shape[0] : 1;
   Buffer host = host_buffer(DType::kF32, rows, n / rows);
   Buffer aligned;  // a copy only where the mapped bytes are misaligned
-  Tensor src{.dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data), .rows = 1, .cols = n};
+  Tensor src{
+      .dtype = info.dtype, .device = Device::kCpu, .data = const_cast<uint8_t*>(info.data), .rows = 1, .cols = n};
   if (reinterpret_cast<uintptr_t>(info.data) % required_alignment(info.dtype) != 0) {
     aligned = host_buffer(info.dtype, 1, n);
     std::memcpy(aligned.view().data, info.data, info.nbytes);

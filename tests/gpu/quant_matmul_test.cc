@@ -506,7 +506,8 @@ TEST_F(QuantGpuTest, MoeExperts) {
         if (t == DType::kBF16) {
           Buffer w = random(DType::kBF16, rows, cols, 0.1f);
           keep.push_back(host_buffer(DType::kF32, rows, cols));
-          for (int64_t i = 0; i < rows * cols; ++i) keep.back().view().f32()[i] = bf16_to_f32(w.view().as<uint16_t>()[i]);
+          for (int64_t i = 0; i < rows * cols; ++i)
+            keep.back().view().f32()[i] = bf16_to_f32(w.view().as<uint16_t>()[i]);
           h.push_back(keep.back());
           keep.push_back(up(w));
           d.push_back(keep.back());

@@ -22,7 +22,9 @@ constexpr int kStages = 2;  // shared-memory slots of a warp's copy ring
 // align the base.
 KESTREL_HD constexpr int slot_bytes(int slot_sums, int R) { return (slot_sums + R * 16 * 4 + 127) / 128 * 128; }
 KESTREL_HD constexpr size_t barrier_offset(int slot_bytes) { return size_t(kWarps) * kStages * size_t(slot_bytes); }
-KESTREL_HD constexpr size_t partial_offset(int slot_bytes) { return barrier_offset(slot_bytes) + size_t(kWarps) * kStages * 8; }
+KESTREL_HD constexpr size_t partial_offset(int slot_bytes) {
+  return barrier_offset(slot_bytes) + size_t(kWarps) * kStages * 8;
+}
 KESTREL_HD constexpr size_t smem_bytes(int slot_bytes, int R, int cols) {
   return partial_offset(slot_bytes) + size_t(kWarps) * R * cols * 4 + 128;
 }

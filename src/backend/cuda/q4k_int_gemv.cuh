@@ -422,10 +422,10 @@ constexpr int kIntUnitsPerSuper = F == IntFormat::kQ4 ? 1 : 2;
 // super-blocks each have their own sum, and the V sums are added in order, so a row's bits depend
 // on neither P nor R. V is P, or with kTwoSlices 2P (a 16-slice matrix in an 8-warp block: R > 1,
 // or other formats in the launch; the launch's kernel knows whether any of its matrices has 16):
-// warp p takes slices p V / P ..
-// (p + 1) V / P - 1, contiguous super-blocks, and with two its sum restarts at the second.
-// Without kTwoSlices the code is what it was before 16 slices: with the restart inside every walk,
-// an 8-slice 12288 x 4096 Q4_K launch measured 1910 GB/s on an H100 against 2087-2108 before.
+// warp p takes slices p V / P .. (p + 1) V / P - 1, contiguous super-blocks, and with two its sum
+// restarts at the second. Without kTwoSlices the code is what it was before 16 slices: with the
+// restart inside every walk, an 8-slice 12288 x 4096 Q4_K launch measured 1910 GB/s on an H100
+// against 2087-2108 before.
 // Calls pdl_begin() itself: one row's first weights are loaded before it. smem:
 // q4k_int::smem_bytes(R, K, P) bytes. K % 256 == 0; x 16-byte aligned.
 template <int R, IntFormat F, int P, bool kTwoSlices>

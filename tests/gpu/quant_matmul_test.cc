@@ -405,7 +405,8 @@ void QuantGpuTest::check_int_t32(DType dt) {
       if (T > 1) expect_rows_as_alone(dx, dw, o, {0, T / 2, T - 1}, what);
     }
     if (N >= 64) {  // a slice of whole groups reads its rows: the bits of those rows uploaded alone
-      // (not the whole matrix's: a matrix's slices follow its rows, group_slices)
+      // (not the whole matrix's: under a group bound, KESTREL_CUDA_GEMV_WIDE, a matrix's slices
+      // follow its rows, group_slices)
       Buffer x = random(2, K), dx = up(x);
       Buffer alone = gpu().alloc(DType::kF32, 2, 32), part = gpu().alloc(DType::kF32, 2, 32);
       Buffer rows = gpu().upload_matrix(w.view().rows_slice(32, 32));

@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
-#include <utility>
 
 #include "backend/cuda/matmul_quant_gemv.cuh"
 #include "backend/cuda/moe_mma.h"

@@ -7,6 +7,7 @@
 
 #include <cudaTypedefs.h>  // CUtensorMap
 
+#include <algorithm>
 #include <mutex>
 
 #include "backend/cuda/gemv.cuh"

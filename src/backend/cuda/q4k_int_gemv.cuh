@@ -450,14 +450,9 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
   float* partial = reinterpret_cast<float*>(smem + (R == 1 ? size_t(P) * q4k_int::split_bytes(S, P) : 0));
   // s (slice 0's sum) plus slices 1 .. V - 1's, partial[at(q)], in order (unrolled)
   auto add_slices = [&](float s, auto at) {
-    if constexpr (kTwoSlices) {
-      if (V == q4k_int::kWideSlices) {
+    if (kTwoSlices && V == q4k_int::kWideSlices) {  // else V is P
 #pragma unroll
-        for (int q = 1; q < q4k_int::kWideSlices; ++q) s = __fadd_rn(s, partial[at(q)]);
-      } else {
-#pragma unroll
-        for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[at(q)]);
-      }
+      for (int q = 1; q < q4k_int::kWideSlices; ++q) s = __fadd_rn(s, partial[at(q)]);
     } else {
 #pragma unroll
       for (int q = 1; q < P; ++q) s = __fadd_rn(s, partial[at(q)]);

@@ -349,8 +349,10 @@ TEST_F(QuantGpuTest, MatmulMultiMixedFormatsEqualsSeparate) {
 // are exact integers, and the F32 epilogue (scale, min, Q8_0's rounding of Q, the slices' sums)
 // adds a few roundings of S', so per element |err| <= 2^-20 sum_b max|x_b| sum_b |s q| + 2^-18 S'
 // (the test: 2^-16 of their sum, the measured worst ~2e-7 for Q4_K). Up to 64 rows take the GEMV
-// (8-row passes on s8 mmas): every row has the bits it has alone. Past 64 the prefill path
-// dequantizes the same values as the row-major matrix's, so its bits are the row-major matrix's.
+// (s8 mmas: 8 rows in one launch, 9 to 64 in one pass of the rows GEMV on 2, 4 or 8 n-tiles of 8
+// rows): every row has the bits it has alone. Past 64 the prefill path dequantizes the same values
+// as the row-major matrix's, so its bits are the row-major matrix's; in deterministic mode the
+// GEMV takes them too, in passes of 64 (a 70-row pass of 64 and one of 6), each row as alone.
 // Shapes: whole groups and a partial one (100, 33 rows; Q6_K: 104, 40), slices of uneven length
 // (K = 2560: 10 super-blocks over 8 slices; K = 5120: 20 over 16; K = 1024 and 256: slices with
 // none), 16 slices (at least 16 super-blocks: one row on 16-warp blocks, many groups or few) and 8
@@ -369,7 +371,7 @@ void QuantGpuTest::check_int_t32(DType dt) {
     // w and -m of each element (Q6_K's integer dot sums q - 32 itself: no min)
     Buffer wf = dequantized(w), mq = mins(w);
     if (q6) std::fill_n(mq.view().f32(), size_t(N * K), 0.0f);
-    for (int T : {1, 3, 8, 20, 70}) {
+    for (int T : {1, 3, 8, 9, 20, 64, 70}) {
       Buffer x = random(T, K), dx = up(x), out = gpu().alloc(DType::kF32, T, N);
       gpu().matmul(out, dx, dw);
       const std::vector<float> o = down(out);
@@ -379,6 +381,10 @@ void QuantGpuTest::check_int_t32(DType dt) {
         Buffer ref = gpu().alloc(DType::kF32, T, N);
         gpu().matmul(ref, dx, rm);
         EXPECT_EQ(o, down(ref)) << what << ": the prefill path";
+        cuda().set_deterministic(true);
+        gpu().matmul(out, dx, dw);
+        cuda().set_deterministic(false);
+        expect_rows_as_alone(dx, dw, down(out), {0, 63, 64, T - 1}, what + " deterministic");
         continue;
       }
       double worst = 0;
@@ -686,17 +692,22 @@ TEST_F(QuantGpuTest, BenchQuantGemv) {
       // A few rows: the tensor-core kernel up to KESTREL_CUDA_QUANT_MMA_ROWS (64 unless set; Q4_K
       // 8-row GEMV passes up to 24 rows, whatever the variable), the dequantized tiles and cuBLAS
       // past it; run the bench with the variable at 0 and at 128 to compare the two paths at each
-      // row count (the qgemv T8 line above times one GEMV pass).
+      // row count (the qgemv T8 line above times one GEMV pass). The T32 copy: the integer-dot rows
+      // GEMV in one pass up to 64 rows (48 and 64 on the 8 n-tile kernel, 24 and 32 on the 4),
+      // then dequantized tiles.
       {
         const char* env = std::getenv("KESTREL_CUDA_QUANT_MMA_ROWS");
-        for (int T : {9, 16, 24, 32, 48, 64, 128}) {
-          Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
-          const double s = time([&] { gpu().matmul(out, x, dw0); }, 20);
-          std::printf("BENCH qmatmul_rows_%s_T%d_%ldx%ld %.1f us (%.0f GB/s of weights; "
-                      "KESTREL_CUDA_QUANT_MMA_ROWS=%s)\n",
-                      std::string(dtype_name(dt)).c_str(), T, long(N), long(K), s * 1e6, bytes / s / 1e9,
-                      env ? env : "unset");
-        }
+        std::vector<const Buffer*> mats = {&dw0};
+        if (!t32_turns.empty()) mats.push_back(&t32_turns[0]);
+        for (const Buffer* m : mats)
+          for (int T : {9, 16, 24, 32, 48, 64, 128}) {
+            Buffer x = up(random(T, K)), out = gpu().alloc(DType::kF32, T, N);
+            const double s = time([&] { gpu().matmul(out, x, *m); }, 20);
+            std::printf("BENCH qmatmul_rows_%s_T%d_%ldx%ld %.1f us (%.0f GB/s of weights; "
+                        "KESTREL_CUDA_QUANT_MMA_ROWS=%s)\n",
+                        std::string(dtype_name(m->view().dtype)).c_str(), T, long(N), long(K), s * 1e6,
+                        bytes / s / 1e9, env ? env : "unset");
+          }
       }
       if (N == 12288 && !t32_turns.empty()) {  // Q4_K, Q8_0 and Q6_K
         // the prefill path: a 512-row step (the engine's chunk) and 2048 rows, in both layouts

@@ -8,13 +8,15 @@
 // the others the plain GEMV's block code (gemv.cuh) with each 8 weights decoded in registers to
 // ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
 // launch (matmul_multi). From 9 to 64 rows (kQuantMmaMaxRows; Q4_K from 25) the tensor-core
-// kernel of moe_mma.cu decodes the weights in registers; longer prefill steps dequantize the weight to BF16
+// kernel of moe_mma.cu decodes the weights in registers, and the T32 layouts take the integer-dot
+// rows GEMV (matmul_quant_rows.cu) in one pass; longer prefill steps dequantize the weight to BF16
 // in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision) and
 // run cuBLAS on them (matmul_quant).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver's encoder, fetched through the runtime
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/matmul_quant_gemv.cuh"
 #include "backend/cuda/moe_mma.h"
@@ -266,14 +268,30 @@ static int64_t quant_mma_max_rows() {
 // above), so three passes (88 us for 24 rows) still beat the kernel (93-100 us from 9 to 32 rows);
 // the other formats' 8-row GEMVs run at 270-600 GB/s, and two passes lose already (Q6_K: 157 us
 // against 123 at 16 rows; Q8_0: 286 against 106).
-// kQ4_K_T32's 8-row GEMV (s8 mmas) reads ~1.2-1.5 TB/s and the tensor-core kernel does not take
-// the T32 layouts: 8-row passes up to kQuantMmaMaxRows, then dequantized tiles.
+// The T32 layouts (s8 mmas; the tensor-core kernel does not take them) up to kQuantMmaMaxRows in
+// one pass of the integer-dot rows GEMV (matmul_quant_rows.cu), then dequantized tiles.
 static int64_t gemv_pass_max_rows(DType dt) {
   return dtype_is_t32_layout(dt) ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
 }
 
+// The most rows of a T32 matrix one pass of the GEMV takes: kIntRowsMax, or KESTREL_CUDA_INT_ROWS
+// from the environment (8, 16, 32 or 64; 8: the 8-row kernel alone, as before the rows GEMV), to
+// compare in one build.
+static int64_t int_rows_pass() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("KESTREL_CUDA_INT_ROWS");
+    if (!v || !*v) return kIntRowsMax;
+    const std::string s = v;
+    KCHECK_MSG(s == "8" || s == "16" || s == "32" || s == "64", "KESTREL_CUDA_INT_ROWS: expected 8, 16, 32 or 64, got '",
+               s, "'");
+    return int64_t(std::stoi(s));
+  }();
+  return rows;
+}
+
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to
-// gemv_pass_max_rows; deterministic mode and kExact at any T), the tensor-core kernel up to
+// gemv_pass_max_rows; deterministic mode and kExact at any T; a T32 matrix's rows past 8 in
+// passes of up to 64 through the rows GEMV), the tensor-core kernel up to
 // quant_mma_max_rows() rows, or (prefill) the weight
 // dequantized to BF16 a tile of rows at a time and cuBLAS as in matmul.cu's launch_cublas_bf16
 // per-term path, each tile writing its column range of out.
@@ -282,14 +300,20 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
              " weights need 16-byte aligned x and weight rows");
   if (T <= gemv_pass_max_rows(w.dtype) || gemv_only) {
-    MultiTargets mt{};
-    mt.count = 1;
-    mt.w[0] = w.data;
-    mt.n[0] = N;
-    mt.dtype[0] = w.dtype;
-    mt.row_bytes[0] = int64_t(w.row_bytes());
-    for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
-      const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
+    // a T32 matrix in passes of up to int_rows_pass() rows, each reading it once; others 8 a pass
+    const int64_t pass = dtype_is_t32_layout(w.dtype) ? int_rows_pass() : kGemvMaxRows;
+    for (int64_t r0 = 0; r0 < T; r0 += pass) {
+      const int64_t rows = std::min(pass, T - r0);
+      if (rows > kGemvMaxRows) {
+        launch_gemv_int_rows(ctx, out.f32() + r0 * N, x.f32() + r0 * K, rows, K, w.data, w.dtype, N);
+        continue;
+      }
+      MultiTargets mt{};
+      mt.count = 1;
+      mt.w[0] = w.data;
+      mt.n[0] = N;
+      mt.dtype[0] = w.dtype;
+      mt.row_bytes[0] = int64_t(w.row_bytes());
       mt.out[0] = out.f32() + r0 * N;
       mt.block_cols[0] = gemv_quant_block_cols(w.dtype, rows, K);
       mt.block_end[0] = ceil_div(N, mt.block_cols[0]);

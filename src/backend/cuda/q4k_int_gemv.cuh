@@ -35,6 +35,10 @@
 #include "backend/cuda/quant_blocks.cuh"
 
 namespace kestrel::cuda {
+
+// The formats of the integer-dot GEMV (kIntSuperBytes below).
+enum class IntFormat { kQ4, kQ8, kQ6 };
+
 namespace q4k_int_detail {
 
 using q4k_int::kChunks;
@@ -402,13 +406,113 @@ __device__ __forceinline__ void rows_sub_block_q6(const uint32_t (&wd)[2][2][3],
   }
 }
 
+
+// y of NT n-tiles (n-tile nt: rows 8 nt .. 8 nt + 7) into the partial sums of slice v (partial
+// [slice][col][row], rows `stride` apart; rows from R on are not written), then zeros.
+template <int NT>
+__device__ __forceinline__ void flush_rows(float (&y)[NT][2][4], float* __restrict__ partial, int v, int R, int stride,
+                                           int g, int c) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int col = 16 * mt + g + 8 * (j >> 1), row = 8 * nt + 2 * c + (j & 1);
+        if (row < R) partial[(v * kGroup + col) * stride + row] = y[nt][mt][j];
+        y[nt][mt][j] = 0.0f;
+      }
+}
+
+// A warp's walk over its n super-blocks of a group's T32 tile (gbase; wg columns, chunks cstride
+// and super-blocks sstride bytes apart) for the rows of NT n-tiles of 8: act(nt, e, xw, u, sm)
+// gives n-tile nt's B fragment words for 32-value unit e of the walk (8 a super-block) and the
+// units and sums of the lane's output rows; y[nt] takes each sub-block's scaled sums in order.
+// With two slices (kTwoSlices) at_mid() runs before super-block mid, where the second begins.
+// The weights are read once for all NT n-tiles, and each n-tile's sums are those of a walk alone.
+template <IntFormat F, int NT, bool kTwoSlices, typename Act, typename AtMid>
+__device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase, int64_t cstride, int64_t sstride,
+                                              int wg, int n, int mid, int g, int c, Act&& act, AtMid&& at_mid,
+                                              float (&y)[NT][2][4]) {
+  constexpr bool kQ8 = F == IntFormat::kQ8, kQ6 = F == IntFormat::kQ6;
+  for (int t = 0; t < n; ++t) {
+    if constexpr (kTwoSlices) {
+      if (t == mid) at_mid();
+    }
+    const uint8_t* tp = gbase + t * sstride;
+    uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 and Q6_K scales chunks
+    if constexpr (kQ6) {
+      rows_headers(tp + 12 * cstride, g, wg, hdr);
+      float dv[2][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          dv[mt][hh] = f16_bits_to_f32(uint16_t(q6_tile_d(tp, cstride, 16 * mt + g + 8 * hh, wg)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t wd[2][2][2][3];  // [l-words 4p ..][m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int k = 0; k < 3; ++k)
+                wd[pp][mt][hh][k] =
+                    tile_word(tp, cstride, k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp, 16 * mt + g + 8 * hh, c, wg);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            uint32_t xw[3][2];
+            float u[2], sm[2];
+            act(nt, 8 * t + 4 * h + r, xw, u, sm);
+#pragma unroll
+            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, y[nt]);
+          }
+      }
+    } else {
+      rows_headers(tp, g, wg, hdr);
+      if constexpr (kQ8) {
+#pragma unroll
+        for (int bk = 0; bk < 8; ++bk) {
+          uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
+          rows_words(tp, cstride, bk, g, c, wg, wd);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            uint32_t xw[3][2];
+            float u[2], sm[2];
+            act(nt, 8 * t + bk, xw, u, sm);
+            rows_block_q8(wd, hdr, bk, xw, u, y[nt]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
+          rows_words(tp, cstride, q, g, c, wg, wd);
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              uint32_t xw[3][2];
+              float u[2], sm[2];
+              act(nt, 8 * t + 2 * q + hi, xw, u, sm);
+              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y[nt]);
+            }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace q4k_int_detail
 
-// The formats of the integer-dot GEMV: their T32 layouts' super-block bytes a row and the
-// one-row kernel's units (Q4_K: a super-block, its 9 chunks; Q8_0: half a super-block, its scales
+// The integer-dot formats' T32 layouts' super-block bytes a row and the one-row kernel's units (Q4_K: a super-block, its 9 chunks; Q8_0: half a super-block, its scales
 // chunk and 8 quant chunks; Q6_K: half a super-block, its scales chunk, 4 ql chunks, 2 qh chunks
 // and its d).
-enum class IntFormat { kQ4, kQ8, kQ6 };
 template <IntFormat F>
 constexpr int kIntSuperBytes = F == IntFormat::kQ4 ? q4k_int::kSuperBytes
                                : F == IntFormat::kQ8 ? 16 * q4k_int::kQ8Chunks
@@ -517,84 +621,14 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     pdl_begin();
     const float* xg = x + int64_t(min(g, R - 1)) * K + k0 + 4 * c;  // B column g: x row g (past R, the last)
     const int ra = min(2 * c, R - 1), rb = min(2 * c + 1, R - 1);   // this lane's output rows' sources
-    float y[2][4] = {};
-    // y into the partial sums of slice v (partial [slice][col][row]), then zeros
-    auto flush = [&](int v) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int col = 16 * mt + g + 8 * (j >> 1), row = 2 * c + (j & 1);
-          if (row < R) partial[(v * kGroup + col) * R + row] = y[mt][j];
-          y[mt][j] = 0.0f;
-        }
-    };
+    float y[1][2][4] = {};
+    auto flush = [&](int v) { flush_rows(y, partial, v, R, R, g, c); };
     // One walk over the warp's super-blocks; with two slices the sum restarts at the second's first
     // (mid). Two walks, one a slice, measured 4-15% slower for 8 rows at 4096 x 12288 on an H100.
-    for (int t = 0; t < n; ++t) {
-      if constexpr (kTwoSlices) {
-        if (t == mid) flush(v0);
-      }
-      const uint8_t* tp = gbase + t * sstride;
-      uint4 hdr[2][2];  // [m-tile][column g, g + 8]: Q4_K headers, Q8_0 and Q6_K scales chunks
-      if constexpr (kQ6) {
-        rows_headers(tp + 12 * cstride, g, wg, hdr);
-        float dv[2][2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            dv[mt][hh] = f16_bits_to_f32(uint16_t(q6_tile_d(tp, cstride, 16 * mt + g + 8 * hh, wg)));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t wd[2][2][2][3];  // [l-words 4p ..][m-tile][column g, g + 8][ql at l, ql at 32 + l, qh]: word c
-#pragma unroll
-          for (int pp = 0; pp < 2; ++pp)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                for (int k = 0; k < 3; ++k)
-                  wd[pp][mt][hh][k] = tile_word(tp, cstride, k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp,
-                                                16 * mt + g + 8 * hh, c, wg);
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            uint32_t xw[3][2];
-            float u[2], sm[2];
-            split_rows(xg + t * kSuperElems + 128 * h + 32 * r, ra, rb, xw, u, sm);
-#pragma unroll
-            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, y);
-          }
-        }
-      } else {
-        rows_headers(tp, g, wg, hdr);
-        if constexpr (kQ8) {
-#pragma unroll
-          for (int bk = 0; bk < 8; ++bk) {
-            uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
-            rows_words(tp, cstride, bk, g, c, wg, wd);
-            uint32_t xw[3][2];
-            float u[2], sm[2];
-            split_rows(xg + t * kSuperElems + 32 * bk, ra, rb, xw, u, sm);
-            rows_block_q8(wd, hdr, bk, xw, u, y);
-          }
-        } else {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2q, 2 + 2q]: word c
-            rows_words(tp, cstride, q, g, c, wg, wd);
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {
-              uint32_t xw[3][2];
-              float u[2], sm[2];
-              split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
-              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y);
-            }
-          }
-        }
-      }
-    }
+    int_rows_walk<F, 1, kTwoSlices>(
+        gbase, cstride, sstride, wg, n, mid, g, c,
+        [&](int, int e, uint32_t(&xw)[3][2], float(&u)[2], float(&sm)[2]) { split_rows(xg + 32 * e, ra, rb, xw, u, sm); },
+        [&] { flush(v0); }, y);
     if constexpr (kTwoSlices) {
       if (per == 2 && mid == n) flush(v0);  // an empty second slice sums to 0 (none has: S >= 16)
     }

@@ -435,6 +435,16 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
                                               int wg, int n, int mid, int g, int c, Act&& act, AtMid&& at_mid,
                                               float (&y)[NT][2][4]) {
   constexpr bool kQ8 = F == IntFormat::kQ8, kQ6 = F == IntFormat::kQ6;
+  // sub(xw, u, sm, y[nt]) for each n-tile's activations of unit e
+  auto tiles = [&](int e, auto&& sub) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t xw[3][2];
+      float u[2], sm[2];
+      act(nt, e, xw, u, sm);
+      sub(xw, u, sm, y[nt]);
+    }
+  };
   for (int t = 0; t < n; ++t) {
     if constexpr (kTwoSlices) {
       if (t == mid) at_mid();
@@ -464,14 +474,10 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
                     tile_word(tp, cstride, k < 2 ? 4 * h + 2 * k + pp : 8 + 2 * h + pp, 16 * mt + g + 8 * hh, c, wg);
 #pragma unroll
         for (int r = 0; r < 4; ++r)
+          tiles(8 * t + 4 * h + r, [&](const auto& xw, const auto& u, const auto&, auto& yt) {
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            uint32_t xw[3][2];
-            float u[2], sm[2];
-            act(nt, 8 * t + 4 * h + r, xw, u, sm);
-#pragma unroll
-            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, y[nt]);
-          }
+            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, yt);
+          });
       }
     } else {
       rows_headers(tp, g, wg, hdr);
@@ -480,13 +486,9 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
         for (int bk = 0; bk < 8; ++bk) {
           uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
           rows_words(tp, cstride, bk, g, c, wg, wd);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            uint32_t xw[3][2];
-            float u[2], sm[2];
-            act(nt, 8 * t + bk, xw, u, sm);
-            rows_block_q8(wd, hdr, bk, xw, u, y[nt]);
-          }
+          tiles(8 * t + bk, [&](const auto& xw, const auto& u, const auto&, auto& yt) {
+            rows_block_q8(wd, hdr, bk, xw, u, yt);
+          });
         }
       } else {
 #pragma unroll
@@ -495,13 +497,9 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
           rows_words(tp, cstride, q, g, c, wg, wd);
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              uint32_t xw[3][2];
-              float u[2], sm[2];
-              act(nt, 8 * t + 2 * q + hi, xw, u, sm);
-              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, y[nt]);
-            }
+            tiles(8 * t + 2 * q + hi, [&](const auto& xw, const auto& u, const auto& sm, auto& yt) {
+              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, yt);
+            });
         }
       }
     }

@@ -73,7 +73,7 @@ for w in $which; do
       done ;;
     rows-ab)  # the q4_k_m GGUF's decode at batch 1 to 64: T32 rows past 8 in 8-row passes (KESTREL_CUDA_INT_ROWS=8, before
       # the rows GEMV) or in passes of 32 or 64 (the default), the head in its stored layout or the T32 one
-      for vh in 8:0 64:0 64:1 32:1; do
+      for vh in ${ROWS_AB:-64:1 8:0 64:0 32:1}; do
         v=${vh%:*} h=${vh#*:}
         KESTREL_CUDA_INT_ROWS=$v KESTREL_HEAD_MATMUL_LAYOUT=$h bash scripts/device-bench-gguf.sh "$out/rows-$v-$h" Qwen3.5-9B \
           qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |

@@ -106,7 +106,7 @@ Tensor WeightLoader::matmul_weight(const std::string& name, int64_t rows, int64_
 Tensor WeightLoader::head_weight(const std::string& name, int64_t rows, int64_t cols) {
   static const bool matmul_layout = [] {
     const char* v = std::getenv("KESTREL_HEAD_MATMUL_LAYOUT");
-    return v && v[0] == '1';
+    return !(v && v[0] == '0');
   }();
   return weight(name, rows, cols, /*raw=*/true, /*matmul_only=*/matmul_layout);
 }

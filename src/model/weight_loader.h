@@ -57,11 +57,12 @@ class WeightLoader {
   // op_weight and op_weight_rows for a matrix only matmul and matmul_multi will read.
   Tensor matmul_weight(const std::string& name, int64_t rows, int64_t cols, bool raw = false);
   Tensor matmul_weight_rows(const std::string& name, int64_t src_rows, int64_t cols, const std::vector<int64_t>& rows);
-  // An output head of its own (not the tied embedding), `raw`: an op_weight in the stored layout,
-  // or with KESTREL_HEAD_MATMUL_LAYOUT=1 a matmul_weight, since only matmul reads it (on the CUDA
-  // backend a Q4_K / Q8_0 / Q6_K head then takes the integer-dot GEMV's layout: faster for 1-8
-  // rows by the kernels' figures, but past 8 rows that layout runs 8-row passes where the
-  // row-major one has the tensor-core kernel; not yet measured end to end).
+  // An output head of its own (not the tied embedding), `raw`: a matmul_weight, since only matmul
+  // reads it (on the CUDA backend a Q4_K / Q8_0 / Q6_K head takes the integer-dot GEMV's layout:
+  // on an H100 the 9B Q4_K_M's Q6_K head gave batch 1 / 8 / 64 354.13 / 1327.39 / 2726.76 t/s
+  // against 348.83 / 1180.81 / 2683.21 row-major, the Q8_0 GGUF's batch 1 263.81 against 242.03,
+  // bench/results/head-and-rows-gemv-ab-h100-2026-12-07.txt), or with KESTREL_HEAD_MATMUL_LAYOUT=0
+  // an op_weight in the stored layout, to compare in one build.
   Tensor head_weight(const std::string& name, int64_t rows, int64_t cols);
 
   // Keeps a buffer alive for the model's lifetime and returns its view.

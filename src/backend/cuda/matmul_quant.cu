@@ -9,7 +9,7 @@
 // ggml's dequantized values (quant_blocks.cuh), so a layer's mixed-format projections share one
 // launch (matmul_multi). From 9 to 64 rows (kQuantMmaMaxRows; Q4_K from 25) the tensor-core
 // kernel of moe_mma.cu decodes the weights in registers, and the T32 layouts take the integer-dot
-// rows GEMV (matmul_quant_rows.cu) in one pass; longer prefill steps dequantize the weight to BF16
+// rows GEMV (matmul_quant_rows.cu) in passes of up to 32 rows; longer prefill steps dequantize the weight to BF16
 // in tiles of at most 64 MiB a term (two terms, hi and lo, at the default 3-term precision) and
 // run cuBLAS on them (matmul_quant).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver's encoder, fetched through the runtime
@@ -269,21 +269,21 @@ static int64_t quant_mma_max_rows() {
 // the other formats' 8-row GEMVs run at 270-600 GB/s, and two passes lose already (Q6_K: 157 us
 // against 123 at 16 rows; Q8_0: 286 against 106).
 // The T32 layouts (s8 mmas; the tensor-core kernel does not take them) up to kQuantMmaMaxRows in
-// one pass of the integer-dot rows GEMV (matmul_quant_rows.cu), then dequantized tiles.
+// passes of up to 32 rows of the integer-dot rows GEMV (matmul_quant_rows.cu), each reading the
+// matrix once, then dequantized tiles.
 static int64_t gemv_pass_max_rows(DType dt) {
   return dtype_is_t32_layout(dt) ? kQuantMmaMaxRows : dt == DType::kQ4_K ? 3 * kGemvMaxRows : kGemvMaxRows;
 }
 
 // The most rows of a T32 matrix one pass of the GEMV takes: kIntRowsMax, or KESTREL_CUDA_INT_ROWS
-// from the environment (8, 16, 32 or 64; 8: the 8-row kernel alone, as before the rows GEMV), to
+// from the environment (8, 16 or 32; 8: the 8-row kernel alone, as before the rows GEMV), to
 // compare in one build.
 static int64_t int_rows_pass() {
   static const int64_t rows = [] {
     const char* v = std::getenv("KESTREL_CUDA_INT_ROWS");
     if (!v || !*v) return kIntRowsMax;
     const std::string s = v;
-    KCHECK_MSG(s == "8" || s == "16" || s == "32" || s == "64", "KESTREL_CUDA_INT_ROWS: expected 8, 16, 32 or 64, got '",
-               s, "'");
+    KCHECK_MSG(s == "8" || s == "16" || s == "32", "KESTREL_CUDA_INT_ROWS: expected 8, 16 or 32, got '", s, "'");
     return int64_t(std::stoi(s));
   }();
   return rows;
@@ -291,7 +291,7 @@ static int64_t int_rows_pass() {
 
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to
 // gemv_pass_max_rows; deterministic mode and kExact at any T; a T32 matrix's rows past 8 in
-// passes of up to 64 through the rows GEMV), the tensor-core kernel up to
+// passes of up to 32 through the rows GEMV), the tensor-core kernel up to
 // quant_mma_max_rows() rows, or (prefill) the weight
 // dequantized to BF16 a tile of rows at a time and cuBLAS as in matmul.cu's launch_cublas_bf16
 // per-term path, each tile writing its column range of out.

@@ -35,7 +35,7 @@ void launch_gemv_quant_q8(cudaStream_t stream, const MultiTargets& mt, int64_t b
 
 // The integer-dot GEMV over 9 to kIntRowsMax rows of one T32-layout matrix w [N, K] in one pass
 // (matmul_quant_rows.cu): out [T, N] = x [T, K] . w^T, each row the bits it has alone.
-constexpr int64_t kIntRowsMax = 64;
+constexpr int64_t kIntRowsMax = 32;
 void launch_gemv_int_rows(const Context& ctx, float* out, const float* x, int64_t T, int64_t K, const void* w, DType dt,
                           int64_t N);
 

@@ -1,4 +1,4 @@
-// The integer-dot GEMV over 9 to 64 rows of one T32-layout matrix (kQ4_K_T32, kQ8_0_T32,
+// The integer-dot GEMV over 9 to 32 rows of one T32-layout matrix (kQ4_K_T32, kQ8_0_T32,
 // kQ6_K_T32) in one pass: the 8-row kernel (gemv_int_block) read the weights once for every 8
 // rows, so a batch of 64 decode steps read each matrix 8 times, and every block split all of its
 // rows' activations again. Here the activations are split once (split_rows_kernel, into the
@@ -6,6 +6,9 @@
 // NT n-tiles of 8 rows (int_rows_walk), loading the split terms of each n-tile as they go.
 // The split and the arithmetic are the 8-row kernel's, term for term, so a row has the same bits
 // here as in 8-row passes, and alone (QuantGpuTest.MatmulQ4KT32 and the others).
+// NT is 2 or 4: with 8 (64 rows a pass) the kernels spilled 92-140 bytes, and the 9B Q4_K_M's
+// batch 64 decoded 2677.81 t/s on an H100 against 2726.76 in two passes of 32 (one build;
+// 1467.53 in 8-row passes; bench/results/head-and-rows-gemv-ab-h100-2026-12-07.txt).
 #include "backend/cuda/matmul_quant_gemv.cuh"
 
 namespace kestrel::cuda {
@@ -111,8 +114,7 @@ template <IntFormat F>
 void launch_rows_format(cudaStream_t stream, float* out, const void* w, const uint2* terms, const float2* units, int T,
                         int64_t K, int64_t N, int nt) {
   if (nt == 2) launch_rows<F, 2>(stream, out, w, terms, units, T, K, N);
-  else if (nt == 4) launch_rows<F, 4>(stream, out, w, terms, units, T, K, N);
-  else launch_rows<F, 8>(stream, out, w, terms, units, T, K, N);
+  else launch_rows<F, 4>(stream, out, w, terms, units, T, K, N);
 }
 
 }  // namespace
@@ -122,7 +124,7 @@ void launch_gemv_int_rows(const Context& ctx, float* out, const float* x, int64_
   KCHECK_MSG(T > kGemvMaxRows && T <= kIntRowsMax && K % kSuperElems == 0 && dtype_is_t32_layout(dt),
              "matmul: the integer-dot rows GEMV takes 9 to ", kIntRowsMax, " rows of a T32 matrix, got ", T,
              " rows of a ", dtype_name(dt), " matrix of ", K, " columns");
-  const int nt = T <= 16 ? 2 : T <= 32 ? 4 : 8;  // n-tiles of 8 rows (kernels for 2, 4 and 8)
+  const int nt = T <= 16 ? 2 : 4;  // n-tiles of 8 rows
   const int64_t rows = 8 * nt, n_units = K / 32;
   const size_t term_bytes = size_t(n_units * rows) * 4 * 3 * sizeof(uint2);
   auto* terms = static_cast<uint2*>(ctx.scratch->get(kSlotMatmulX, term_bytes + size_t(n_units * rows) * sizeof(float2)));

@@ -12,9 +12,10 @@
 # q4_k_m GGUF's decode with its T32 matrices in 8 slices (KESTREL_CUDA_GEMV_WIDE=0) and in 16
 # (=1000000 groups: every matrix of 4096-wide rows or wider, the default; WIDE="0 128 1000000" adds
 # the fortieth session's rule, 16 for at most 128 groups); head-ab: the q4_k_m and q8_0 GGUFs'
-# decode (batch 1, 8, 64) with the output head in its stored layout (KESTREL_HEAD_MATMUL_LAYOUT=0,
-# the default) and in the integer-dot GEMV's (=1); rows-ab: the q4_k_m GGUF's decode at batch 1 to 64 with the
-# T32 rows past 8 in 8-row passes or one pass of the rows GEMV (KESTREL_CUDA_INT_ROWS), the head in either layout. Its logs and JSON go under OUT_DIR; a device call brings back at most 8
+# decode (batch 1, 8, 64) with the output head in its stored layout (KESTREL_HEAD_MATMUL_LAYOUT=0)
+# and in the integer-dot GEMV's (=1, the default); rows-ab: the q4_k_m GGUF's decode at batch 1 to
+# 64 with the T32 rows past 8 in 8-row passes or passes of the rows GEMV (KESTREL_CUDA_INT_ROWS),
+# the head in either layout. Its logs and JSON go under OUT_DIR; a device call brings back at most 8
 # files, so run it through scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
@@ -72,8 +73,9 @@ for w in $which; do
         done
       done ;;
     rows-ab)  # the q4_k_m GGUF's decode at batch 1 to 64: T32 rows past 8 in 8-row passes (KESTREL_CUDA_INT_ROWS=8, before
-      # the rows GEMV) or in passes of 32 or 64 (the default), the head in its stored layout or the T32 one
-      for vh in ${ROWS_AB:-64:1 8:0 64:0 32:1}; do
+      # the rows GEMV) or in passes of 16 or 32 (the default), the head in its stored layout (=0) or the T32 one (=1, the
+      # default); ROWS_AB="rows:head ..." picks the pairs
+      for vh in ${ROWS_AB:-32:1 8:1 8:0}; do
         v=${vh%:*} h=${vh#*:}
         KESTREL_CUDA_INT_ROWS=$v KESTREL_HEAD_MATMUL_LAYOUT=$h bash scripts/device-bench-gguf.sh "$out/rows-$v-$h" Qwen3.5-9B \
           qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |

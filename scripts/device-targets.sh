@@ -72,13 +72,13 @@ for w in $which; do
             -p 0 -n 64 -b 1,8,64 -r 2 2>&1 | sed "s/^==/== KESTREL_HEAD_MATMUL_LAYOUT=$v/" | show
         done
       done ;;
-    rows-ab)  # the q4_k_m GGUF's decode at batch 1 to 64: T32 rows past 8 in 8-row passes (KESTREL_CUDA_INT_ROWS=8, before
-      # the rows GEMV) or in passes of 16 or 32 (the default), the head in its stored layout (=0) or the T32 one (=1, the
-      # default); ROWS_AB="rows:head ..." picks the pairs
+    rows-ab)  # the q4_k_m GGUF's decode at batch 1 to 64: T32 rows past 8 in 8-row passes
+      # (KESTREL_CUDA_INT_ROWS=8, before the rows GEMV) or in passes of 16 or 32 (the default), the head in
+      # its stored layout (=0) or the T32 one (=1, the default); ROWS_AB="rows:head ..." picks the pairs
       for vh in ${ROWS_AB:-32:1 8:1 8:0}; do
         v=${vh%:*} h=${vh#*:}
-        KESTREL_CUDA_INT_ROWS=$v KESTREL_HEAD_MATMUL_LAYOUT=$h bash scripts/device-bench-gguf.sh "$out/rows-$v-$h" Qwen3.5-9B \
-          qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |
+        KESTREL_CUDA_INT_ROWS=$v KESTREL_HEAD_MATMUL_LAYOUT=$h bash scripts/device-bench-gguf.sh "$out/rows-$v-$h" \
+          Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |
           sed "s/^==/== KESTREL_CUDA_INT_ROWS=$v KESTREL_HEAD_MATMUL_LAYOUT=$h/" | show
       done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;

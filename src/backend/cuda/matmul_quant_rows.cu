@@ -127,15 +127,17 @@ void launch_gemv_int_rows(const Context& ctx, float* out, const float* x, int64_
   const int nt = T <= 16 ? 2 : 4;  // n-tiles of 8 rows
   const int64_t rows = 8 * nt, n_units = K / 32;
   const size_t term_bytes = size_t(n_units * rows) * 4 * 3 * sizeof(uint2);
-  auto* terms = static_cast<uint2*>(ctx.scratch->get(kSlotMatmulX, term_bytes + size_t(n_units * rows) * sizeof(float2)));
+  const size_t bytes = term_bytes + size_t(n_units * rows) * sizeof(float2);
+  auto* terms = static_cast<uint2*>(ctx.scratch->get(kSlotMatmulX, bytes));
   auto* units = reinterpret_cast<float2*>(reinterpret_cast<uint8_t*>(terms) + term_bytes);
   launch(split_rows_kernel, dim3(unsigned(ceil_div(n_units, int64_t(64))), unsigned(rows)), 256, 0, ctx.stream, terms,
          units, x, T, rows, K);
   CUDA_CHECK_LAUNCH();
+  cudaStream_t s = ctx.stream;
   switch (dt) {
-    case DType::kQ4_K_T32: launch_rows_format<IntFormat::kQ4>(ctx.stream, out, w, terms, units, int(T), K, N, nt); break;
-    case DType::kQ8_0_T32: launch_rows_format<IntFormat::kQ8>(ctx.stream, out, w, terms, units, int(T), K, N, nt); break;
-    default: launch_rows_format<IntFormat::kQ6>(ctx.stream, out, w, terms, units, int(T), K, N, nt); break;
+    case DType::kQ4_K_T32: launch_rows_format<IntFormat::kQ4>(s, out, w, terms, units, int(T), K, N, nt); break;
+    case DType::kQ8_0_T32: launch_rows_format<IntFormat::kQ8>(s, out, w, terms, units, int(T), K, N, nt); break;
+    default: launch_rows_format<IntFormat::kQ6>(s, out, w, terms, units, int(T), K, N, nt); break;
   }
 }
 

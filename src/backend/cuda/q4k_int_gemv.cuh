@@ -508,9 +508,9 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
 
 }  // namespace q4k_int_detail
 
-// The integer-dot formats' T32 layouts' super-block bytes a row and the one-row kernel's units (Q4_K: a super-block, its 9 chunks; Q8_0: half a super-block, its scales
-// chunk and 8 quant chunks; Q6_K: half a super-block, its scales chunk, 4 ql chunks, 2 qh chunks
-// and its d).
+// The integer-dot formats' T32 layouts' super-block bytes a row and the one-row kernel's units
+// (Q4_K: a super-block, its 9 chunks; Q8_0: half a super-block, its scales chunk and 8 quant
+// chunks; Q6_K: half a super-block, its scales chunk, 4 ql chunks, 2 qh chunks and its d).
 template <IntFormat F>
 constexpr int kIntSuperBytes = F == IntFormat::kQ4 ? q4k_int::kSuperBytes
                                : F == IntFormat::kQ8 ? 16 * q4k_int::kQ8Chunks
@@ -625,7 +625,9 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     // (mid). Two walks, one a slice, measured 4-15% slower for 8 rows at 4096 x 12288 on an H100.
     int_rows_walk<F, 1, kTwoSlices>(
         gbase, cstride, sstride, wg, n, mid, g, c,
-        [&](int, int e, uint32_t(&xw)[3][2], float(&u)[2], float(&sm)[2]) { split_rows(xg + 32 * e, ra, rb, xw, u, sm); },
+        [&](int, int e, uint32_t(&xw)[3][2], float(&u)[2], float(&sm)[2]) {
+          split_rows(xg + 32 * e, ra, rb, xw, u, sm);
+        },
         [&] { flush(v0); }, y);
     if constexpr (kTwoSlices) {
       if (per == 2 && mid == n) flush(v0);  // an empty second slice sums to 0 (none has: S >= 16)

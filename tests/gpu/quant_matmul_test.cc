@@ -426,7 +426,9 @@ void QuantGpuTest::check_int_t32(DType dt) {
 }
 
 // matmul_multi with T32 matrices beside other formats in one launch: each as alone. `other`: the
-// format of a second T32 matrix in the launch.
+// format of a second T32 matrix in the launch. Past 8 rows T32 matrices alone share one split of
+// x (matmul_multi_t32: 20 rows one pass, 40 a pass of 32 and one launch for the last 8); beside
+// other formats each is its own matmul.
 void QuantGpuTest::check_multi_with_t32(DType dt, DType other) {
   const int64_t K = 4096;  // 16 super-blocks: the T32 matrices take 16 slices
   Buffer a = quantized(dt, 96, K), b = quantized(DType::kQ6_K, 64, K), c = quantized(dt, 40, K);
@@ -438,7 +440,7 @@ void QuantGpuTest::check_multi_with_t32(DType dt, DType other) {
   // blocks for one row where the launch's kernel holds both formats)
   for (const std::vector<const Buffer*>& mats :
        {std::vector<const Buffer*>{&da, &db, &dc, &dd}, std::vector<const Buffer*>{&da, &dd}}) {
-    for (int T : {1, 5}) {
+    for (int T : {1, 5, 20, 40}) {
       Buffer dx = up(random(T, K));
       std::vector<Buffer> outs;
       std::vector<MatmulTarget> targets;

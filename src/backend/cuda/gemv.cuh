@@ -326,5 +326,9 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
                        int64_t K);
 int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K);
 void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only);
+// matmul_multi over T32 matrices only, more than 8 rows (up to 64; any T in the exact and
+// deterministic modes): the rows GEMV with x split once for all of them, each output the bits of
+// its own matmul; false, and nothing done, for other targets or rows.
+bool matmul_multi_t32(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 
 }  // namespace kestrel::cuda

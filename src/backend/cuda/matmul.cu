@@ -437,8 +437,10 @@ bool multi_gemv_fits(const Tensor& x, std::span<const MatmulTarget> targets) {
 
 void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
   const int64_t T = x.rows, K = x.cols;
-  // One launch (multi_gemv_fits), otherwise each its own matmul. Same results either way.
+  // One launch (multi_gemv_fits); T32 matrices past 8 rows with one split of x (matmul_multi_t32);
+  // otherwise each its own matmul. Same results either way.
   if (!multi_gemv_fits(x, targets)) {
+    if (matmul_multi_t32(ctx, x, targets)) return;
     for (const MatmulTarget& t : targets) matmul(ctx, t.out, x, t.w);
     return;
   }

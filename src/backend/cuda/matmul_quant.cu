@@ -289,6 +289,55 @@ static int64_t int_rows_pass() {
   return rows;
 }
 
+// x [T, K] by T32 matrices that share it (matmul's one, or the targets of a matmul_multi that
+// are all T32): passes of up to int_rows_pass() rows. A pass of more than 8 rows splits its rows
+// once for all the matrices and runs the rows GEMV on each; one of at most 8, the GEMV kernel
+// (one launch for all, so at most kMultiMax targets).
+static void matmul_t32_passes(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t T = x.rows, K = x.cols, pass = int_rows_pass();
+  KCHECK(!targets.empty() && targets.size() <= size_t(kMultiMax));
+  for (int64_t r0 = 0; r0 < T; r0 += pass) {
+    const int64_t rows = std::min(pass, T - r0);
+    const float* xr = x.f32() + r0 * K;
+    if (rows > kGemvMaxRows) {
+      const IntRowsSplit sp = split_int_rows(ctx, xr, rows, K);
+      for (const MatmulTarget& t : targets)
+        launch_gemv_int_rows(ctx, sp, t.out.f32() + r0 * t.w.rows, t.w.data, t.w.dtype, K, t.w.rows);
+      continue;
+    }
+    MultiTargets mt{};
+    mt.count = int(targets.size());
+    int64_t blocks = 0;
+    for (int m = 0; m < mt.count; ++m) {
+      const Tensor& w = targets[size_t(m)].w;
+      mt.w[m] = w.data;
+      mt.n[m] = w.rows;
+      mt.dtype[m] = w.dtype;
+      mt.row_bytes[m] = int64_t(w.row_bytes());
+      mt.out[m] = targets[size_t(m)].out.f32() + r0 * w.rows;
+      mt.block_cols[m] = gemv_quant_block_cols(w.dtype, rows, K);
+      blocks += ceil_div(w.rows, mt.block_cols[m]);
+      mt.block_end[m] = blocks;
+    }
+    launch_gemv_quant(ctx.stream, mt, blocks, xr, rows, K);
+  }
+}
+
+bool matmul_multi_t32(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t T = x.rows, K = x.cols;
+  const bool gemv_only = ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
+  bool fits = T > kGemvMaxRows && (T <= kQuantMmaMaxRows || gemv_only) && !targets.empty() &&
+              targets.size() <= size_t(kMultiMax) && x.dtype == DType::kF32 && x.device == Device::kCuda &&
+              aligned16(x.data) && K > 0 && K % q4k_int::kSuperElems == 0;
+  for (const MatmulTarget& t : targets) {
+    fits = fits && dtype_is_t32_layout(t.w.dtype) && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) &&
+           t.w.device == Device::kCuda && t.out.rows == T && t.out.cols == t.w.rows && t.out.dtype == DType::kF32 &&
+           t.out.device == Device::kCuda;
+  }
+  if (fits) matmul_t32_passes(ctx, x, targets);
+  return fits;
+}
+
 // Block-format weights, any T: the GEMV kernel in groups of up to 8 rows (decode, up to
 // gemv_pass_max_rows; deterministic mode and kExact at any T; a T32 matrix's rows past 8 in
 // passes of up to 32 through the rows GEMV), the tensor-core kernel up to
@@ -300,14 +349,13 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
              " weights need 16-byte aligned x and weight rows");
   if (T <= gemv_pass_max_rows(w.dtype) || gemv_only) {
-    // a T32 matrix in passes of up to int_rows_pass() rows, each reading it once; others 8 a pass
-    const int64_t pass = dtype_is_t32_layout(w.dtype) ? int_rows_pass() : kGemvMaxRows;
-    for (int64_t r0 = 0; r0 < T; r0 += pass) {
-      const int64_t rows = std::min(pass, T - r0);
-      if (rows > kGemvMaxRows) {
-        launch_gemv_int_rows(ctx, out.f32() + r0 * N, x.f32() + r0 * K, rows, K, w.data, w.dtype, N);
-        continue;
-      }
+    if (dtype_is_t32_layout(w.dtype)) {  // in passes of up to int_rows_pass() rows, each reading w once
+      const MatmulTarget target{.out = out, .w = w};
+      matmul_t32_passes(ctx, x, {&target, 1});
+      return;
+    }
+    for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
+      const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
       MultiTargets mt{};
       mt.count = 1;
       mt.w[0] = w.data;

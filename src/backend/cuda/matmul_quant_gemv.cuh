@@ -33,10 +33,17 @@ void launch_gemv_quant_q46(cudaStream_t stream, const MultiTargets& mt, int64_t 
 void launch_gemv_quant_q8(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
                           int64_t K);
 
-// The integer-dot GEMV over 9 to kIntRowsMax rows of one T32-layout matrix w [N, K] in one pass
-// (matmul_quant_rows.cu): out [T, N] = x [T, K] . w^T, each row the bits it has alone.
+// The integer-dot GEMV over 9 to kIntRowsMax rows of T32-layout matrices (matmul_quant_rows.cu):
+// split_int_rows splits x [T, K] once into the kSlotMatmulX scratch, then launch_gemv_int_rows
+// gives out [T, N] = x . w^T for each matrix w [N, K] that reads it, each row the bits it has alone.
 constexpr int64_t kIntRowsMax = 32;
-void launch_gemv_int_rows(const Context& ctx, float* out, const float* x, int64_t T, int64_t K, const void* w, DType dt,
+struct IntRowsSplit {
+  const uint2* terms = nullptr;
+  const float2* units = nullptr;
+  int T = 0, nt = 0;  // the rows, and the kernel's n-tiles of 8
+};
+IntRowsSplit split_int_rows(const Context& ctx, const float* x, int64_t T, int64_t K);
+void launch_gemv_int_rows(const Context& ctx, const IntRowsSplit& sp, float* out, const void* w, DType dt, int64_t K,
                           int64_t N);
 
 namespace {

@@ -119,13 +119,13 @@ void launch_rows_format(cudaStream_t stream, float* out, const void* w, const ui
 
 }  // namespace
 
-void launch_gemv_int_rows(const Context& ctx, float* out, const float* x, int64_t T, int64_t K, const void* w, DType dt,
-                          int64_t N) {
-  KCHECK_MSG(T > kGemvMaxRows && T <= kIntRowsMax && K % kSuperElems == 0 && dtype_is_t32_layout(dt),
-             "matmul: the integer-dot rows GEMV takes 9 to ", kIntRowsMax, " rows of a T32 matrix, got ", T,
-             " rows of a ", dtype_name(dt), " matrix of ", K, " columns");
-  const int nt = T <= 16 ? 2 : 4;  // n-tiles of 8 rows
-  const int64_t rows = 8 * nt, n_units = K / 32;
+IntRowsSplit split_int_rows(const Context& ctx, const float* x, int64_t T, int64_t K) {
+  KCHECK_MSG(T > kGemvMaxRows && T <= kIntRowsMax && K % kSuperElems == 0, "matmul: the integer-dot rows GEMV takes 9 to ",
+             kIntRowsMax, " rows of a multiple of ", kSuperElems, " values, got ", T, " rows of ", K);
+  IntRowsSplit sp;
+  sp.T = int(T);
+  sp.nt = T <= 16 ? 2 : 4;  // n-tiles of 8 rows
+  const int64_t rows = 8 * sp.nt, n_units = K / 32;
   const size_t term_bytes = size_t(n_units * rows) * 4 * 3 * sizeof(uint2);
   const size_t bytes = term_bytes + size_t(n_units * rows) * sizeof(float2);
   auto* terms = static_cast<uint2*>(ctx.scratch->get(kSlotMatmulX, bytes));
@@ -133,11 +133,19 @@ void launch_gemv_int_rows(const Context& ctx, float* out, const float* x, int64_
   launch(split_rows_kernel, dim3(unsigned(ceil_div(n_units, int64_t(64))), unsigned(rows)), 256, 0, ctx.stream, terms,
          units, x, T, rows, K);
   CUDA_CHECK_LAUNCH();
+  sp.terms = terms;
+  sp.units = units;
+  return sp;
+}
+
+void launch_gemv_int_rows(const Context& ctx, const IntRowsSplit& sp, float* out, const void* w, DType dt, int64_t K,
+                          int64_t N) {
+  KCHECK_MSG(dtype_is_t32_layout(dt), "matmul: the integer-dot rows GEMV takes a T32 matrix, got ", dtype_name(dt));
   cudaStream_t s = ctx.stream;
   switch (dt) {
-    case DType::kQ4_K_T32: launch_rows_format<IntFormat::kQ4>(s, out, w, terms, units, int(T), K, N, nt); break;
-    case DType::kQ8_0_T32: launch_rows_format<IntFormat::kQ8>(s, out, w, terms, units, int(T), K, N, nt); break;
-    default: launch_rows_format<IntFormat::kQ6>(s, out, w, terms, units, int(T), K, N, nt); break;
+    case DType::kQ4_K_T32: launch_rows_format<IntFormat::kQ4>(s, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt); break;
+    case DType::kQ8_0_T32: launch_rows_format<IntFormat::kQ8>(s, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt); break;
+    default: launch_rows_format<IntFormat::kQ6>(s, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt); break;
   }
 }
 

@@ -120,8 +120,9 @@ void launch_rows_format(cudaStream_t stream, float* out, const void* w, const ui
 }  // namespace
 
 IntRowsSplit split_int_rows(const Context& ctx, const float* x, int64_t T, int64_t K) {
-  KCHECK_MSG(T > kGemvMaxRows && T <= kIntRowsMax && K % kSuperElems == 0, "matmul: the integer-dot rows GEMV takes 9 to ",
-             kIntRowsMax, " rows of a multiple of ", kSuperElems, " values, got ", T, " rows of ", K);
+  KCHECK_MSG(T > kGemvMaxRows && T <= kIntRowsMax && K % kSuperElems == 0,
+             "matmul: the integer-dot rows GEMV takes 9 to ", kIntRowsMax, " rows of a multiple of ", kSuperElems,
+             " values, got ", T, " rows of ", K);
   IntRowsSplit sp;
   sp.T = int(T);
   sp.nt = T <= 16 ? 2 : 4;  // n-tiles of 8 rows

@@ -354,14 +354,14 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
       matmul_t32_passes(ctx, x, {&target, 1});
       return;
     }
+    MultiTargets mt{};
+    mt.count = 1;
+    mt.w[0] = w.data;
+    mt.n[0] = N;
+    mt.dtype[0] = w.dtype;
+    mt.row_bytes[0] = int64_t(w.row_bytes());
     for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
       const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
-      MultiTargets mt{};
-      mt.count = 1;
-      mt.w[0] = w.data;
-      mt.n[0] = N;
-      mt.dtype[0] = w.dtype;
-      mt.row_bytes[0] = int64_t(w.row_bytes());
       mt.out[0] = out.f32() + r0 * N;
       mt.block_cols[0] = gemv_quant_block_cols(w.dtype, rows, K);
       mt.block_end[0] = ceil_div(N, mt.block_cols[0]);

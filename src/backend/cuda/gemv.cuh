@@ -310,6 +310,31 @@ struct MultiTargets {
   int count;
 };
 
+// matmul.cu: mt's matrices for targets (at most kMultiMax), their outputs from row r0 on; and
+// their blocks laid out, cols(m) output columns a block of matrix m, returning the blocks in all.
+MultiTargets multi_targets(std::span<const MatmulTarget> targets, int64_t r0);
+template <typename Cols>
+int64_t lay_out_blocks(MultiTargets& mt, Cols&& cols) {
+  int64_t blocks = 0;
+  for (int m = 0; m < mt.count; ++m) {
+    mt.block_cols[m] = cols(m);
+    blocks += (mt.n[m] + mt.block_cols[m] - 1) / mt.block_cols[m];
+    mt.block_end[m] = blocks;
+  }
+  return blocks;
+}
+// matmul.cu: the checks every one-launch matmul_multi shares: 1 to kMultiMax targets; x F32, on
+// the device, 16-byte aligned; each weight [N > 0, x.cols] aligned on the device; each out [T, N]
+// F32 on the device.
+bool multi_targets_shaped(const Tensor& x, std::span<const MatmulTarget> targets);
+
+// Whether a matmul keeps to the GEMV kernels at any T: cuBLAS and the tensor-core kernels pick
+// their tiling by shape, so a row's bits there depend on T, which the exact and deterministic
+// modes do not allow.
+inline bool matmul_gemv_only(const Context& ctx) {
+  return ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
+}
+
 // matmul.cu: terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms [n_terms, n],
 // the activations' BF16 split for the cuBLAS paths (split_bf16_kernel).
 void launch_split_bf16(cudaStream_t stream, __nv_bfloat16* terms, const float* x, int64_t n, int n_terms);

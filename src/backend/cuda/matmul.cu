@@ -276,9 +276,7 @@ void matmul(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor
     CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), ctx.stream));
     return;
   }
-  // cuBLAS picks its algorithm (tiling, split-K) by shape, so a row's bits there depend on T:
-  // deterministic mode keeps to the GEMV kernels, whose rows do not.
-  const bool gemv_only = ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
+  const bool gemv_only = matmul_gemv_only(ctx);
   if (dtype_is_quantized(w.dtype)) {
     matmul_quant(ctx, out, x, w, gemv_only);
     return;
@@ -415,22 +413,44 @@ void matmul_gated_and_route(const Context& ctx, const Tensor& out, const Tensor&
   });
 }
 
+MultiTargets multi_targets(std::span<const MatmulTarget> targets, int64_t r0) {
+  KCHECK(targets.size() <= size_t(kMultiMax));
+  MultiTargets mt{};
+  mt.count = int(targets.size());
+  for (int m = 0; m < mt.count; ++m) {
+    const Tensor& w = targets[size_t(m)].w;
+    mt.w[m] = w.data;
+    mt.out[m] = targets[size_t(m)].out.f32() + r0 * w.rows;
+    mt.n[m] = w.rows;
+    mt.dtype[m] = w.dtype;
+    mt.row_bytes[m] = int64_t(w.row_bytes());
+  }
+  return mt;
+}
+
+bool multi_targets_shaped(const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t T = x.rows, K = x.cols;
+  bool fits = !targets.empty() && targets.size() <= size_t(kMultiMax) && T >= 1 && x.dtype == DType::kF32 &&
+              x.device == Device::kCuda && aligned16(x.data);
+  for (const MatmulTarget& t : targets) {
+    fits = fits && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) && t.w.device == Device::kCuda &&
+           t.out.rows == T && t.out.cols == t.w.rows && t.out.dtype == DType::kF32 && t.out.device == Device::kCuda;
+  }
+  return fits;
+}
+
 namespace {
 
 // Whether matmul_multi runs its targets in one launch: every matrix would take the vectorized
 // GEMV kernels with one row group (T <= kGemvMaxRows takes them in every mode).
 bool multi_gemv_fits(const Tensor& x, std::span<const MatmulTarget> targets) {
-  const int64_t T = x.rows, K = x.cols;
-  bool fits = !targets.empty() && int(targets.size()) <= kMultiMax && T >= 1 && T <= kGemvMaxRows && K % 8 == 0 &&
-              aligned16(x.data) && x.dtype == DType::kF32 && x.device == Device::kCuda;
-  const bool quant = !targets.empty() && dtype_is_quantized(targets[0].w.dtype);
+  if (!multi_targets_shaped(x, targets) || x.rows > kGemvMaxRows || x.cols % 8 != 0) return false;
+  // block formats may mix (Q4_K with Q6_K); plain dtypes must all be the same
+  const bool quant = dtype_is_quantized(targets[0].w.dtype);
   for (const MatmulTarget& t : targets) {
-    // block formats may mix (Q4_K with Q6_K); plain dtypes must all be the same
-    fits = fits && (quant ? dtype_is_quantized(t.w.dtype) : t.w.dtype == targets[0].w.dtype) && t.w.cols == K &&
-           t.w.rows > 0 && aligned16(t.w.data) && t.w.device == Device::kCuda && t.out.rows == T &&
-           t.out.cols == t.w.rows && t.out.dtype == DType::kF32;
+    if (quant ? !dtype_is_quantized(t.w.dtype) : t.w.dtype != targets[0].w.dtype) return false;
   }
-  return fits;
+  return true;
 }
 
 }  // namespace
@@ -445,31 +465,14 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
     return;
   }
   const bool quant = dtype_is_quantized(targets[0].w.dtype);
-  MultiTargets mt{};
-  mt.count = int(targets.size());
-  int64_t blocks = 0;
-  // One row over few columns in all takes the small-grid GEMV (gemv_multi_kernel's Deep).
-  bool deep = false;
+  MultiTargets mt = multi_targets(targets, 0);
   auto lay_out = [&](int64_t plain_cols) {
-    blocks = 0;
-    for (int m = 0; m < mt.count; ++m) {
-      mt.block_cols[m] = quant ? gemv_quant_block_cols(mt.dtype[m], T, K) : plain_cols;
-      blocks += ceil_div(mt.n[m], mt.block_cols[m]);
-      mt.block_end[m] = blocks;
-    }
+    return lay_out_blocks(mt, [&](int m) { return quant ? gemv_quant_block_cols(mt.dtype[m], T, K) : plain_cols; });
   };
-  for (int m = 0; m < mt.count; ++m) {
-    mt.w[m] = targets[size_t(m)].w.data;
-    mt.out[m] = targets[size_t(m)].out.f32();
-    mt.n[m] = targets[size_t(m)].w.rows;
-    mt.dtype[m] = targets[size_t(m)].w.dtype;
-    mt.row_bytes[m] = int64_t(targets[size_t(m)].w.row_bytes());
-  }
-  lay_out(kGemvWarps * kGemv1Cols);
-  if (!quant && T == 1 && small_gemv_grid(blocks)) {
-    deep = true;
-    lay_out(kGemvWarps * kGemv1DeepCols);
-  }
+  int64_t blocks = lay_out(kGemvWarps * kGemv1Cols);
+  // One row over few columns in all takes the small-grid GEMV (gemv_multi_kernel's Deep).
+  const bool deep = !quant && T == 1 && small_gemv_grid(blocks);
+  if (deep) blocks = lay_out(kGemvWarps * kGemv1DeepCols);
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");
   if (quant) {
     launch_gemv_quant(ctx.stream, mt, blocks, x.f32(), T, K);

@@ -305,35 +305,17 @@ static void matmul_t32_passes(const Context& ctx, const Tensor& x, std::span<con
         launch_gemv_int_rows(ctx, sp, t.out.f32() + r0 * t.w.rows, t.w.data, t.w.dtype, K, t.w.rows);
       continue;
     }
-    MultiTargets mt{};
-    mt.count = int(targets.size());
-    int64_t blocks = 0;
-    for (int m = 0; m < mt.count; ++m) {
-      const Tensor& w = targets[size_t(m)].w;
-      mt.w[m] = w.data;
-      mt.n[m] = w.rows;
-      mt.dtype[m] = w.dtype;
-      mt.row_bytes[m] = int64_t(w.row_bytes());
-      mt.out[m] = targets[size_t(m)].out.f32() + r0 * w.rows;
-      mt.block_cols[m] = gemv_quant_block_cols(w.dtype, rows, K);
-      blocks += ceil_div(w.rows, mt.block_cols[m]);
-      mt.block_end[m] = blocks;
-    }
+    MultiTargets mt = multi_targets(targets, r0);
+    const int64_t blocks = lay_out_blocks(mt, [&](int m) { return gemv_quant_block_cols(mt.dtype[m], rows, K); });
     launch_gemv_quant(ctx.stream, mt, blocks, xr, rows, K);
   }
 }
 
 bool matmul_multi_t32(const Context& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
   const int64_t T = x.rows, K = x.cols;
-  const bool gemv_only = ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
-  bool fits = T > kGemvMaxRows && (T <= kQuantMmaMaxRows || gemv_only) && !targets.empty() &&
-              targets.size() <= size_t(kMultiMax) && x.dtype == DType::kF32 && x.device == Device::kCuda &&
-              aligned16(x.data) && K > 0 && K % q4k_int::kSuperElems == 0;
-  for (const MatmulTarget& t : targets) {
-    fits = fits && dtype_is_t32_layout(t.w.dtype) && t.w.cols == K && t.w.rows > 0 && aligned16(t.w.data) &&
-           t.w.device == Device::kCuda && t.out.rows == T && t.out.cols == t.w.rows && t.out.dtype == DType::kF32 &&
-           t.out.device == Device::kCuda;
-  }
+  bool fits = T > kGemvMaxRows && (T <= kQuantMmaMaxRows || matmul_gemv_only(ctx)) && K > 0 &&
+              K % q4k_int::kSuperElems == 0 && multi_targets_shaped(x, targets);
+  for (const MatmulTarget& t : targets) fits = fits && dtype_is_t32_layout(t.w.dtype);
   if (fits) matmul_t32_passes(ctx, x, targets);
   return fits;
 }
@@ -349,23 +331,16 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   KCHECK_MSG(aligned16(x.data) && aligned16(w.data), "matmul: ", dtype_name(w.dtype),
              " weights need 16-byte aligned x and weight rows");
   if (T <= gemv_pass_max_rows(w.dtype) || gemv_only) {
+    const MatmulTarget target{.out = out, .w = w};
     if (dtype_is_t32_layout(w.dtype)) {  // in passes of up to int_rows_pass() rows, each reading w once
-      const MatmulTarget target{.out = out, .w = w};
       matmul_t32_passes(ctx, x, {&target, 1});
       return;
     }
-    MultiTargets mt{};
-    mt.count = 1;
-    mt.w[0] = w.data;
-    mt.n[0] = N;
-    mt.dtype[0] = w.dtype;
-    mt.row_bytes[0] = int64_t(w.row_bytes());
     for (int64_t r0 = 0; r0 < T; r0 += kGemvMaxRows) {
       const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
-      mt.out[0] = out.f32() + r0 * N;
-      mt.block_cols[0] = gemv_quant_block_cols(w.dtype, rows, K);
-      mt.block_end[0] = ceil_div(N, mt.block_cols[0]);
-      launch_gemv_quant(ctx.stream, mt, mt.block_end[0], x.f32() + r0 * K, rows, K);
+      MultiTargets mt = multi_targets({&target, 1}, r0);
+      const int64_t blocks = lay_out_blocks(mt, [&](int) { return gemv_quant_block_cols(w.dtype, rows, K); });
+      launch_gemv_quant(ctx.stream, mt, blocks, x.f32() + r0 * K, rows, K);
     }
     return;
   }

@@ -15,12 +15,13 @@
 # decode (batch 1, 8, 64) with the output head in its stored layout (KESTREL_HEAD_MATMUL_LAYOUT=0)
 # and in the integer-dot GEMV's (=1, the default); rows-ab: the q4_k_m GGUF's decode at batch 1 to
 # 64 with the T32 rows past 8 in 8-row passes or passes of the rows GEMV (KESTREL_CUDA_INT_ROWS),
-# the head in either layout. Its logs and JSON go under OUT_DIR; a device call brings back at most 8
+# the head in either layout; patch-ab: the q4_k_m GGUF's decode at batch 1 to 64 built without and
+# with the diff PATCH names (the tree restored after). Its logs and JSON go under OUT_DIR; a device call brings back at most 8
 # files, so run it through scripts/device-call.sh, which keeps the output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab|rows-ab ...]
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab|rows-ab|patch-ab ...]
 #          (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
@@ -81,8 +82,23 @@ for w in $which; do
           Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |
           sed "s/^==/== KESTREL_CUDA_INT_ROWS=$v KESTREL_HEAD_MATMUL_LAYOUT=$h/" | show
       done ;;
+    patch-ab)  # PATCH=FILE (a diff of the tree): the q4_k_m GGUF's decode at batch 1 to 64 built without the
+      # patch and with it, on one machine; the tree is restored after (the build is then stale, and the
+      # next target's build makes it whole again)
+      [ -f "${PATCH:-}" ] || { echo "patch-ab: PATCH=FILE names no file ('${PATCH:-}')"; exit 2; }
+      apply() { git apply "$@" "$PATCH" 2>/dev/null || patch -s -p1 "$@" <"$PATCH"; }
+      for v in main patched; do
+        if [ $v = patched ]; then
+          apply || { echo "patch-ab: $PATCH does not apply"; exit 1; }
+          cmake --build build -j16 --target kestrel >"$out/build-patched.log" 2>&1 ||
+            { grep -B2 -A12 -m3 error "$out/build-patched.log"; apply -R; exit 1; }
+        fi
+        bash scripts/device-bench-gguf.sh "$out/patch-$v" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |
+          sed "s/^==/== $v/" | show
+      done
+      apply -R ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab, head-ab or rows-ab)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab, head-ab, rows-ab or patch-ab)"; exit 2 ;;
   esac
   el "$w"
 done

@@ -1,131 +1,153 @@
 #include "quant/k_quant_common.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/dtype.h"
 
 namespace kestrel::quant {
 
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* neg_min,
-                       uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
-  float min = x[0], max = x[0];
-  float sum_w = weights[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    const float w = weights[i];
-    sum_w += w;
-    sum_x += w * x[i];
-  }
-  if (min > 0) min = 0;
-  if (max == min) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    *neg_min = -min;
-    return 0.f;
-  }
-  float iscale = float(nmax) / (max - min);
-  float scale = 1 / iscale;
-  float best_error = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = nearest_int(iscale * (x[i] - min));
-    L[i] = uint8_t(std::max(0, std::min(nmax, l)));
-    float diff = scale * float(L[i]) + min - x[i];
-    diff = use_mad ? std::fabs(diff) : diff * diff;
-    best_error += weights[i] * diff;
-  }
-  if (nstep < 1) {
-    *neg_min = -min;
-    return scale;
-  }
-  for (int is = 0; is <= nstep; ++is) {
-    iscale = (rmin + rdelta * float(is) + float(nmax)) / (max - min);
-    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-    for (int i = 0; i < n; ++i) {
-      int l = nearest_int(iscale * (x[i] - min));
-      l = std::max(0, std::min(nmax, l));
-      Laux[i] = uint8_t(l);
-      const float w = weights[i];
-      const float fl = float(l);
-      sum_l += w * fl;
-      sum_l2 += w * fl * fl;
-      sum_xl += w * fl * x[i];
-    }
-    const float D = sum_w * sum_l2 - sum_l * sum_l;
-    if (D > 0) {
-      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-      if (this_min > 0) {
-        this_min = 0;
-        this_scale = sum_xl / sum_l2;
-      }
-      float cur_error = 0;
-      for (int i = 0; i < n; ++i) {
-        float diff = this_scale * float(Laux[i]) + this_min - x[i];
-        diff = use_mad ? std::fabs(diff) : diff * diff;
-        cur_error += weights[i] * diff;
-      }
-      if (cur_error < best_error) {
-        for (int i = 0; i < n; ++i) L[i] = Laux[i];
-        best_error = cur_error;
-        scale = this_scale;
-        min = this_min;
-      }
-    }
-  }
-  *neg_min = -min;
-  return scale;
+namespace {
+
+// The scale searches run kLanes sub-blocks at once, a sub-block a lane, each lane computing
+// exactly the reference's sequence of single-precision operations for its sub-block (the lanes
+// never mix), so the values are bit-identical to one sub-block at a time; the sub-blocks' chains
+// of dependent additions then overlap instead of waiting on each other.
+constexpr int kLanes = 8;
+using VF = float __attribute__((vector_size(kLanes * sizeof(float))));
+using VI = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+VI nearest_int(VF v) {
+  const VF shifted = v + 12582912.f;
+  return (std::bit_cast<VI>(shifted) & 0x007fffff) - 0x00400000;
+}
+VI clamp(VI l, int lo, int hi) {
+  const VI vlo = VI{} + lo, vhi = VI{} + hi;
+  l = l < vlo ? vlo : l;
+  return l > vhi ? vhi : l;
+}
+VF to_float(VI l) { return __builtin_convertvector(l, VF); }
+VF vabs(VF v) { return std::bit_cast<VF>(std::bit_cast<VI>(v) & 0x7fffffff); }
+
+// xt[i] = lane-major copy of the sub-blocks: xt[i][s] = x[s * n + i].
+template <int n>
+void transpose_in(const float* x, VF (&xt)[n]) {
+  for (int i = 0; i < n; ++i)
+    for (int s = 0; s < kLanes; ++s) xt[i][s] = x[s * n + i];
 }
 
-float make_qx_quants_rmse1(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
+}  // namespace
+
+void make_qkx2_quants_x8(const float* x, const float* weights, int nmax, float rmin, float rdelta, int nstep,
+                         uint8_t* L, float* scales, float* neg_mins) {
+  constexpr int n = 32;
+  VF xt[n], wt[n];
+  transpose_in(x, xt);
+  transpose_in(weights, wt);
+  VF min = xt[0], max = xt[0];
+  VF sum_w = wt[0];
+  VF sum_x = sum_w * xt[0];
+  for (int i = 1; i < n; ++i) {
+    min = xt[i] < min ? xt[i] : min;
+    max = xt[i] > max ? xt[i] : max;
+    sum_w += wt[i];
+    sum_x += wt[i] * xt[i];
+  }
+  min = min > 0.f ? VF{} : min;
+  const VI flat = max == min;  // those lanes end here: L = 0, scale 0
+  const VF flat_neg_min = -min;
+  VF iscale = float(nmax) / (max - min);
+  VF scale = 1.f / iscale;
+  VF best_error{};
+  VI Lv[n], Laux[n];
   for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
+    Lv[i] = clamp(nearest_int(iscale * (xt[i] - min)), 0, nmax);
+    const VF diff = scale * to_float(Lv[i]) + min - xt[i];
+    best_error += wt[i] * (diff * diff);
+  }
+  for (int is = 0; nstep >= 1 && is <= nstep; ++is) {
+    iscale = (rmin + rdelta * float(is) + float(nmax)) / (max - min);
+    VF sum_l{}, sum_l2{}, sum_xl{};
+    for (int i = 0; i < n; ++i) {
+      Laux[i] = clamp(nearest_int(iscale * (xt[i] - min)), 0, nmax);
+      const VF w = wt[i];
+      const VF fl = to_float(Laux[i]);
+      sum_l += w * fl;
+      sum_l2 += w * fl * fl;
+      sum_xl += w * fl * xt[i];
     }
+    const VF D = sum_w * sum_l2 - sum_l * sum_l;
+    VF this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+    VF this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+    const VI positive = this_min > 0.f;
+    this_min = positive ? VF{} : this_min;
+    this_scale = positive ? sum_xl / sum_l2 : this_scale;
+    VF cur_error{};
+    for (int i = 0; i < n; ++i) {
+      const VF diff = this_scale * to_float(Laux[i]) + this_min - xt[i];
+      cur_error += wt[i] * (diff * diff);
+    }
+    const VI take = (D > 0.f) & (cur_error < best_error);
+    for (int i = 0; i < n; ++i) Lv[i] = take ? Laux[i] : Lv[i];
+    best_error = take ? cur_error : best_error;
+    scale = take ? this_scale : scale;
+    min = take ? this_min : min;
   }
-  if (amax < kGroupMaxEps) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.f;
+  for (int s = 0; s < kLanes; ++s) {
+    const bool f = flat[s] != 0;
+    for (int i = 0; i < n; ++i) L[s * n + i] = f ? 0 : uint8_t(Lv[i][s]);
+    scales[s] = f ? 0.f : scale[s];
+    neg_mins[s] = f ? flat_neg_min[s] : -min[s];
   }
-  float iscale = float(-nmax) / max;
-  float sumlx = 0, suml2 = 0;
+}
+
+void make_qx_quants_rmse1_x8(const float* x, int nmax, int8_t* L, float* scales) {
+  constexpr int n = 16;
+  VF xt[n];
+  transpose_in(x, xt);
+  VF max{}, amax{};
   for (int i = 0; i < n; ++i) {
-    int l = nearest_int(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = int8_t(l + nmax);
-    const float w = x[i] * x[i];
-    const float fl = float(l);
-    sumlx += w * x[i] * fl;
+    const VF ax = vabs(xt[i]);
+    const VI larger = ax > amax;
+    amax = larger ? ax : amax;
+    max = larger ? xt[i] : max;
+  }
+  const VI zero = amax < kGroupMaxEps;  // those lanes end here: L = 0, scale 0
+  VF iscale = float(-nmax) / max;
+  VF sumlx{}, suml2{};
+  VI Lv[n];
+  for (int i = 0; i < n; ++i) {
+    Lv[i] = clamp(nearest_int(iscale * xt[i]), -nmax, nmax - 1);
+    const VF w = xt[i] * xt[i];
+    const VF fl = to_float(Lv[i]);
+    sumlx += w * xt[i] * fl;
     suml2 += w * fl * fl;
   }
-  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
+  VF scale = suml2 != 0.f ? sumlx / suml2 : VF{};
+  VF best = scale * sumlx;
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
     iscale = -(float(nmax) + 0.1f * float(is)) / max;
-    sumlx = suml2 = 0;
+    sumlx = suml2 = VF{};
+    VI Laux[n];
     for (int i = 0; i < n; ++i) {
-      int l = nearest_int(iscale * x[i]);
-      l = std::max(-nmax, std::min(nmax - 1, l));
-      const float w = x[i] * x[i];
-      const float fl = float(l);
-      sumlx += w * x[i] * fl;
+      Laux[i] = clamp(nearest_int(iscale * xt[i]), -nmax, nmax - 1);
+      const VF w = xt[i] * xt[i];
+      const VF fl = to_float(Laux[i]);
+      sumlx += w * xt[i] * fl;
       suml2 += w * fl * fl;
     }
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i) {
-        const int l = nearest_int(iscale * x[i]);
-        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
-      }
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
+    const VI take = (suml2 > 0.f) & (sumlx * sumlx > best * suml2);
+    for (int i = 0; i < n; ++i) Lv[i] = take ? Laux[i] : Lv[i];
+    scale = take ? sumlx / suml2 : scale;
+    best = take ? scale * sumlx : best;
   }
-  return scale;
+  for (int s = 0; s < kLanes; ++s) {
+    const bool z = zero[s] != 0;
+    for (int i = 0; i < n; ++i) L[s * n + i] = z ? 0 : int8_t(Lv[i][s] + nmax);
+    scales[s] = z ? 0.f : scale[s];
+  }
 }
 
 void put_scale_min_k4(int j, uint8_t ls, uint8_t lm, uint8_t* q) {
@@ -155,17 +177,18 @@ void get_scale_min_k4(int j, const uint8_t* q, uint8_t* ls, uint8_t* lm) {
 
 void quantize_superblock_k(const float* x, int nmax, float rmin, float rdelta, int nstep, SuperBlockScales* out) {
   constexpr int kSub = 32, kNumSub = 256 / 32;
-  float scales[kNumSub], mins[kNumSub], weights[kSub];
-  uint8_t Laux[kSub];
-  float max_scale = 0, max_min = 0;  // scales and mins are never negative: the min is subtracted
+  static_assert(kNumSub == kLanes, "a super-block's sub-blocks are the scale search's lanes");
+  float scales[kNumSub], mins[kNumSub], weights[kNumSub * kSub];
   for (int j = 0; j < kNumSub; ++j) {
     const float* xs = x + kSub * j;
     float sum_x2 = 0;
     for (int l = 0; l < kSub; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / kSub);
-    for (int l = 0; l < kSub; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = make_qkx2_quants(kSub, nmax, xs, weights, out->L + kSub * j, &mins[j], Laux, rmin, rdelta, nstep,
-                                 false);
+    for (int l = 0; l < kSub; ++l) weights[kSub * j + l] = av_x + std::fabs(xs[l]);
+  }
+  make_qkx2_quants_x8(x, weights, nmax, rmin, rdelta, nstep, out->L, scales, mins);
+  float max_scale = 0, max_min = 0;  // scales and mins are never negative: the min is subtracted
+  for (int j = 0; j < kNumSub; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }

@@ -22,9 +22,9 @@ void quantize_row_q6_k(const float* x, int64_t n, void* out) {
   float scales[kQK_K / 16];
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < kQK_K / 16; ib += 8) make_qx_quants_rmse1_x8(x + 16 * ib, 32, L + 16 * ib, scales + ib);
     for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      const float scale = make_qx_quants_rmse1(16, 32, x + 16 * ib, L + 16 * ib);
-      scales[ib] = scale;
+      const float scale = scales[ib];
       const float abs_scale = std::fabs(scale);
       if (abs_scale > max_abs_scale) {
         max_abs_scale = abs_scale;

@@ -7,10 +7,19 @@
 #   usage: scripts/device-call.sh OUT_DIR COMMAND [ARGS...]   (the word WORK in ARGS becomes the
 #          work folder, /tmp/kestrel-work)
 #   e.g.   scripts/device-call.sh $OUT scripts/device-check-gguf.sh .device/debs WORK
+# NEED_GPU=TEXT (e.g. H200): run only on a GPU whose name holds TEXT; on another, print its name
+# and exit 3 at once, so a machine of the wrong kind costs seconds, not a build.
 set -uo pipefail
 out=${1:?OUT_DIR}
 shift
 [ $# -gt 0 ] || { echo "usage: scripts/device-call.sh OUT_DIR COMMAND [ARGS...]"; exit 2; }
+if [ -n "${NEED_GPU:-}" ]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$gpu" in
+    *"$NEED_GPU"*) ;;
+    *) echo "device-call: NEED_GPU=$NEED_GPU but this machine has '${gpu:-no GPU}'; nothing run"; exit 3 ;;
+  esac
+fi
 work=/tmp/kestrel-work
 rm -rf "$work"  # this call's files only (the models live under $MODELS)
 mkdir -p "$out" "$work"

@@ -1,4 +1,5 @@
 // kestrel convert: a Hugging Face checkpoint -> a GGUF file llama.cpp can load.
+#include <chrono>
 #include <cstdio>
 
 #include "cli/command.h"
@@ -22,10 +23,12 @@ int run_convert(const Args& args) {
     llama_file_type(opts.type);  // refuses the types convert does not write yet, by name
   }
   opts.tokenizer = !args.flag("no-tokenizer");
+  const auto start = std::chrono::steady_clock::now();
   const ConvertReport r = convert_hf_to_gguf(opts);
-  std::fprintf(stderr, "%s: %llu tensors, %s read, %s written (arch %s%s)\n", opts.output.c_str(),
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "%s: %llu tensors, %s read, %s written in %.1f s (arch %s%s)\n", opts.output.c_str(),
                (unsigned long long)r.n_tensors, human_bytes(double(r.bytes_in)).c_str(),
-               human_bytes(double(r.bytes_out)).c_str(), r.arch.c_str(),
+               human_bytes(double(r.bytes_out)).c_str(), seconds, r.arch.c_str(),
                r.n_fallback ? (", " + std::to_string(r.n_fallback) + " matrices kept in BF16: rows not whole blocks").c_str()
                             : "");
   if (opts.recipe) {

@@ -16,8 +16,9 @@
 # and in the integer-dot GEMV's (=1, the default); rows-ab: the q4_k_m GGUF's decode at batch 1 to
 # 64 with the T32 rows past 8 in 8-row passes or passes of the rows GEMV (KESTREL_CUDA_INT_ROWS),
 # the head in either layout; patch-ab: the q4_k_m GGUF's decode at batch 1 to 64 built without and
-# with the diff PATCH names (the tree restored after). Its logs and JSON go under OUT_DIR; a device call brings back at most 8
-# files, so run it through scripts/device-call.sh, which keeps the output and JSON:
+# with the diff PATCH names (the tree restored after). Its logs and JSON go under OUT_DIR; a device
+# call brings back at most 8 files, so run it through scripts/device-call.sh, which keeps the
+# output and JSON:
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).

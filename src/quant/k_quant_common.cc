@@ -57,15 +57,20 @@ void make_qkx2_quants_x8(const float* x, const float* weights, int nmax, float r
   min = min > 0.f ? VF{} : min;
   const VI flat = max == min;  // those lanes end here: L = 0, scale 0
   const VF flat_neg_min = -min;
+  // The weighted squared error of x ~ s * Ls + m, summed in element order.
+  auto error = [&](VF s, VF m, const VI (&Ls)[n]) {
+    VF e{};
+    for (int i = 0; i < n; ++i) {
+      const VF diff = s * to_float(Ls[i]) + m - xt[i];
+      e += wt[i] * (diff * diff);
+    }
+    return e;
+  };
   VF iscale = float(nmax) / (max - min);
   VF scale = 1.f / iscale;
-  VF best_error{};
   VI Lv[n], Laux[n];
-  for (int i = 0; i < n; ++i) {
-    Lv[i] = clamp(nearest_int(iscale * (xt[i] - min)), 0, nmax);
-    const VF diff = scale * to_float(Lv[i]) + min - xt[i];
-    best_error += wt[i] * (diff * diff);
-  }
+  for (int i = 0; i < n; ++i) Lv[i] = clamp(nearest_int(iscale * (xt[i] - min)), 0, nmax);
+  VF best_error = error(scale, min, Lv);
   for (int is = 0; nstep >= 1 && is <= nstep; ++is) {
     iscale = (rmin + rdelta * float(is) + float(nmax)) / (max - min);
     VF sum_l{}, sum_l2{}, sum_xl{};
@@ -83,11 +88,7 @@ void make_qkx2_quants_x8(const float* x, const float* weights, int nmax, float r
     const VI positive = this_min > 0.f;
     this_min = positive ? VF{} : this_min;
     this_scale = positive ? sum_xl / sum_l2 : this_scale;
-    VF cur_error{};
-    for (int i = 0; i < n; ++i) {
-      const VF diff = this_scale * to_float(Laux[i]) + this_min - xt[i];
-      cur_error += wt[i] * (diff * diff);
-    }
+    const VF cur_error = error(this_scale, this_min, Laux);
     const VI take = (D > 0.f) & (cur_error < best_error);
     for (int i = 0; i < n; ++i) Lv[i] = take ? Laux[i] : Lv[i];
     best_error = take ? cur_error : best_error;
@@ -114,30 +115,25 @@ void make_qx_quants_rmse1_x8(const float* x, int nmax, int8_t* L, float* scales)
     max = larger ? xt[i] : max;
   }
   const VI zero = amax < kGroupMaxEps;  // those lanes end here: L = 0, scale 0
-  VF iscale = float(-nmax) / max;
-  VF sumlx{}, suml2{};
-  VI Lv[n];
-  for (int i = 0; i < n; ++i) {
-    Lv[i] = clamp(nearest_int(iscale * xt[i]), -nmax, nmax - 1);
-    const VF w = xt[i] * xt[i];
-    const VF fl = to_float(Lv[i]);
-    sumlx += w * xt[i] * fl;
-    suml2 += w * fl * fl;
-  }
+  VF sumlx, suml2;
+  // One trial inverse scale: its quants into Ls and its least-squares sums, in element order.
+  auto trial = [&](VF iscale, VI (&Ls)[n]) {
+    sumlx = suml2 = VF{};
+    for (int i = 0; i < n; ++i) {
+      Ls[i] = clamp(nearest_int(iscale * xt[i]), -nmax, nmax - 1);
+      const VF w = xt[i] * xt[i];
+      const VF fl = to_float(Ls[i]);
+      sumlx += w * xt[i] * fl;
+      suml2 += w * fl * fl;
+    }
+  };
+  VI Lv[n], Laux[n];
+  trial(float(-nmax) / max, Lv);
   VF scale = suml2 != 0.f ? sumlx / suml2 : VF{};
   VF best = scale * sumlx;
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
-    iscale = -(float(nmax) + 0.1f * float(is)) / max;
-    sumlx = suml2 = VF{};
-    VI Laux[n];
-    for (int i = 0; i < n; ++i) {
-      Laux[i] = clamp(nearest_int(iscale * xt[i]), -nmax, nmax - 1);
-      const VF w = xt[i] * xt[i];
-      const VF fl = to_float(Laux[i]);
-      sumlx += w * xt[i] * fl;
-      suml2 += w * fl * fl;
-    }
+    trial(-(float(nmax) + 0.1f * float(is)) / max, Laux);
     const VI take = (suml2 > 0.f) & (sumlx * sumlx > best * suml2);
     for (int i = 0; i < n; ++i) Lv[i] = take ? Laux[i] : Lv[i];
     scale = take ? sumlx / suml2 : scale;

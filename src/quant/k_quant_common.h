@@ -42,8 +42,6 @@ void make_qx_quants_rmse1_x8(const float* x, int nmax, int8_t* L, float* scales)
 void put_scale_min_k4(int j, uint8_t ls, uint8_t lm, uint8_t* scales);
 void get_scale_min_k4(int j, const uint8_t* scales, uint8_t* ls, uint8_t* lm);
 
-
-
 // The shared first half of Q4_K and Q5_K quantization for one 256-element super-block x:
 // each 32-element sub-block gets a (scale, min) pair from make_qkx2_quants_x8 with weights
 // av_x + |x| (av_x = rms of the sub-block); the pairs are quantized to 6 bits against the

@@ -45,7 +45,9 @@ inline constexpr const char* kMatmulPrecisionHelp =
     "the tiny fixtures' 2e-2 parity); the tiled attention takes hi/lo BF16 products, single ones at bf16, and at "
     "bf16 the chunked DeltaNet (prep and scan) takes BF16 products too (~4e-3); exact: the F32 GEMV kernels for "
     "every matmul, the CUDA-core expert kernels and the F32 split-KV attention (slow; for diagnosis). Decode "
-    "matmuls are F32 GEMV at any setting. Refused with --device cpu (F32, or F64, throughout), and with "
+    "matmuls are F32 GEMV at any setting, save that a GGUF's Q4_K/Q6_K/Q8_0 integer-dot GEMVs split x into two s8 "
+    "terms at bf16 instead of three (2^-13 of a block's largest value, not 2^-20). Refused with --device cpu (F32, "
+    "or F64, throughout), and with "
     "--deterministic unless bf16x3 or exact (its matmuls are exact's)";
 
 // The --kv-cache option's help line.

@@ -116,7 +116,31 @@ class QuantGpuTest : public GpuTest {
   }
   static bool unit_gemv(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ6_K || dt == DType::kQ8_0; }
   CudaOps& cuda() { return static_cast<CudaOps&>(gpu()); }
+  // One output of a T32 matrix's integer-dot GEMV, from x's row xr, w's dequantized row wr and the
+  // row's -m per element mr (K values): y = w.x; S' = sum |s q x| + |m x|; the split's weights
+  // sum_b max|x_b| sum_b |s q| (sq) and sum_b max|x_b| sum_b |m| (m).
+  struct IntRef {
+    double y = 0, sp = 0, sq = 0, m = 0;
+  };
+  static IntRef int_ref(const float* xr, const float* wr, const float* mr, int64_t K) {
+    IntRef r;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      double mx = 0, sq = 0, sm = 0;
+      for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
+        const double sqk = double(wr[k]) - mr[k];  // s q
+        r.y += double(wr[k]) * xr[k];
+        r.sp += std::fabs(sqk * xr[k]) + std::fabs(double(mr[k]) * xr[k]);
+        mx = std::max(mx, double(std::fabs(xr[k])));
+        sq += std::fabs(sqk);
+        sm += std::fabs(double(mr[k]));
+      }
+      r.sq += mx * sq;
+      r.m += mx * sm;
+    }
+    return r;
+  }
   void check_int_t32(DType dt);                      // MatmulQ4KT32, MatmulQ8T32, MatmulQ6KT32
+  void check_int_t32_two_terms(DType dt);            // MatmulT32TwoTerms
   void check_multi_with_t32(DType dt, DType other);  // likewise
   static DType t32_of(DType dt) {
     return dt == DType::kQ4_K ? DType::kQ4_K_T32 : dt == DType::kQ8_0 ? DType::kQ8_0_T32 : DType::kQ6_K_T32;
@@ -390,22 +414,9 @@ void QuantGpuTest::check_int_t32(DType dt) {
       double worst = 0;
       for (int t = 0; t < T; ++t)
         for (int64_t n = 0; n < N; ++n) {
-          const float* xr = x.view().f32() + t * K;
-          const float* wr = wf.view().f32() + n * K;
-          const float* mr = mq.view().f32() + n * K;
-          double y = 0, sp = 0, split = 0;
-          for (int64_t b = 0; b < K / 32; ++b) {
-            double mx = 0, sq = 0;
-            for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
-              const double sqk = double(wr[k]) - mr[k];  // s q
-              y += double(wr[k]) * xr[k];
-              sp += std::fabs(sqk * xr[k]) + std::fabs(double(mr[k]) * xr[k]);
-              mx = std::max(mx, double(std::fabs(xr[k])));
-              sq += std::fabs(sqk);
-            }
-            split += mx * sq;
-          }
-          worst = std::max(worst, std::fabs(double(o[size_t(t * N + n)]) - y) / (sp + split));
+          const IntRef r =
+              int_ref(x.view().f32() + t * K, wf.view().f32() + n * K, mq.view().f32() + n * K, K);
+          worst = std::max(worst, std::fabs(double(o[size_t(t * N + n)]) - r.y) / (r.sp + r.sq));
         }
       EXPECT_LE(worst, std::ldexp(1.0, -16)) << what;
       if (T > 1) expect_rows_as_alone(dx, dw, o, {0, T / 2, T - 1}, what);
@@ -457,6 +468,56 @@ void QuantGpuTest::check_multi_with_t32(DType dt, DType other) {
       }
     }
   }
+}
+
+// At --matmul-precision bf16 the integer-dot GEMVs split x into two terms (|x - x^| <= 2^-13 of a
+// 32-value block's largest magnitude): the error within 2^-13 sum_b max|x_b| (sum_b |s q| + sum_b
+// |m|) plus the epilogue's roundings (2^-16 of S, as above), a row's bits alone and batched the
+// same (one row, 8-row passes, the rows GEMV), and the results not those of three terms.
+void QuantGpuTest::check_int_t32_two_terms(DType dt) {
+  const bool q6 = dt == DType::kQ6_K;
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{320, 4096}, {q6 ? 40 : 33, 2560}, {64, 256}}) {
+    Buffer w = quantized(dt, N, K);
+    Buffer dw = gpu().upload_matrix(w);
+    ASSERT_EQ(dw.view().dtype, t32_of(dt));
+    Buffer wf = dequantized(w), mq = mins(w);
+    if (q6) std::fill_n(mq.view().f32(), size_t(N * K), 0.0f);
+    for (int T : {1, 3, 8, 9, 20, 40}) {
+      const std::string what = std::string(dtype_name(t32_of(dt))) + " " + std::to_string(N) + "x" +
+                               std::to_string(K) + " T=" + std::to_string(T) + " two terms";
+      Buffer x = random(T, K), dx = up(x), out = gpu().alloc(DType::kF32, T, N);
+      gpu().matmul(out, dx, dw);
+      const std::vector<float> three = down(out);
+      cuda().set_matmul_precision(MatmulPrecision::kBf16);
+      gpu().matmul(out, dx, dw);
+      const std::vector<float> o = down(out);
+      if (T > 1) expect_rows_as_alone(dx, dw, o, {0, T / 2, T - 1}, what);
+      cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
+      EXPECT_NE(o, three) << what << ": the same results as three terms";
+      double worst = 0, worst_two = 0, worst_three = 0;  // (the last two: |err| / (S + split))
+      for (int t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          const IntRef r =
+              int_ref(x.view().f32() + t * K, wf.view().f32() + n * K, mq.view().f32() + n * K, K);
+          const double err = std::fabs(double(o[size_t(t * N + n)]) - r.y), split = r.sq + r.m;
+          worst = std::max(worst, err / (std::ldexp(r.sp, -16) + std::ldexp(split, -13)));
+          worst_two = std::max(worst_two, err / (r.sp + split));
+          worst_three = std::max(worst_three, std::fabs(double(three[size_t(t * N + n)]) - r.y) / (r.sp + split));
+        }
+      EXPECT_LE(worst, 1.0) << what;
+      // the split's error, not the epilogue's, is what the two-term results show
+      if (N == 320) EXPECT_GT(worst_two, 4 * worst_three) << what;
+    }
+  }
+}
+
+// (Q4_K_T32, Q8_0_T32 and Q6_K_T32, alone and in matmul_multi's launches)
+TEST_F(QuantGpuTest, MatmulT32TwoTerms) {
+  for (DType dt : {DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}) check_int_t32_two_terms(dt);
+  cuda().set_matmul_precision(MatmulPrecision::kBf16);
+  check_multi_with_t32(DType::kQ4_K, DType::kQ8_0);
+  check_multi_with_t32(DType::kQ6_K, DType::kQ4_K);
+  cuda().set_matmul_precision(MatmulPrecision::kBf16x3);
 }
 
 // (a Q4_K_T32 matrix beside Q6_K, row-major Q4_K and Q8_0_T32)

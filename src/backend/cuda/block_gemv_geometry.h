@@ -267,5 +267,16 @@ KESTREL_HD inline int32_t split_value(float x, float inv, uint32_t& a, uint32_t&
   c = float_bits(C);
   return int32_t(float_bits(fmaf(x, inv * 16384.0f, kRound)) - kRoundBits);
 }
+// The split's first two digits alone (x split into two terms, --matmul-precision bf16): a and b as
+// split_value gives them, and t = 128 a + b = rint(u 128) (128 a is an even integer, so the tie
+// goes the same way) by one rounding.
+KESTREL_HD inline int32_t split_value2(float x, float inv, uint32_t& a, uint32_t& b) {
+  const float A = fmaf(x, inv, kRound);
+  const float fa = A - kRound;
+  const float r = fmaf(x, inv, -fa);
+  a = float_bits(A);
+  b = float_bits(fmaf(r, 128.0f, kRound));
+  return int32_t(float_bits(fmaf(x, inv * 128.0f, kRound)) - kRoundBits);
+}
 
 }  // namespace kestrel::q4k_int

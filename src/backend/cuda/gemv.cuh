@@ -334,6 +334,10 @@ bool multi_targets_shaped(const Tensor& x, std::span<const MatmulTarget> targets
 inline bool matmul_gemv_only(const Context& ctx) {
   return ctx.matmul_precision == MatmulPrecision::kExact || ctx.deterministic;
 }
+// The terms the integer-dot GEMVs split x into (q4k_int_gemv.cuh): 2 at --matmul-precision bf16
+// (|x - x^| <= 2^-13 of a 32-value block's largest magnitude, under the BF16 products' 2^-9), 3
+// otherwise (2^-20).
+inline int int_gemv_terms(const Context& ctx) { return ctx.matmul_precision == MatmulPrecision::kBf16 ? 2 : 3; }
 
 // matmul.cu: terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms [n_terms, n],
 // the activations' BF16 split for the cuBLAS paths (split_bf16_kernel).
@@ -347,8 +351,9 @@ void launch_sum_terms(cudaStream_t stream, float* out, const float* p, int64_t n
 // matrix of format dt (matmul_multi lays out its targets with it); and matmul of a block-format
 // weight, any T (the GEMV in groups of 8 rows, or for prefill the weight dequantized to BF16 in
 // tiles and cuBLAS; gemv_only: the GEMV at any T, as the exact and deterministic modes ask).
+// terms: the T32 matrices' terms of x, int_gemv_terms.
 void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                       int64_t K);
+                       int64_t K, int terms);
 int64_t gemv_quant_block_cols(DType dt, int64_t R, int64_t K);
 void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const Tensor& w, bool gemv_only);
 // matmul_multi over T32 matrices only, more than 8 rows (up to 64; any T in the exact and

@@ -475,7 +475,7 @@ void matmul_multi(const Context& ctx, const Tensor& x, std::span<const MatmulTar
   if (deep) blocks = lay_out(kGemvWarps * kGemv1DeepCols);
   KCHECK_MSG(blocks <= INT32_MAX, "matmul_multi: ", blocks, " blocks");
   if (quant) {
-    launch_gemv_quant(ctx.stream, mt, blocks, x.f32(), T, K);
+    launch_gemv_quant(ctx.stream, mt, blocks, x.f32(), T, K, int_gemv_terms(ctx));
     return;
   }
   dispatch_weight(targets[0].w.dtype, "matmul", [&]<typename W>() {

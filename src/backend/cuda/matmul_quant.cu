@@ -229,7 +229,7 @@ int64_t wide_groups() {
 
 
 void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                       int64_t K) {
+                       int64_t K, int terms) {
   bool units = true, q4_t32 = false, q6_t32 = false, q8_t32 = false;
   for (int m = 0; m < mt.count; ++m) {
     units = units && is_unit_format(mt.dtype[m]);
@@ -237,10 +237,11 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
     q6_t32 = q6_t32 || mt.dtype[m] == DType::kQ6_K_T32;
     q8_t32 = q8_t32 || mt.dtype[m] == DType::kQ8_0_T32;
   }
-  if (!units || (q8_t32 && (q4_t32 || q6_t32))) launch_gemv_quant_all(stream, mt, blocks, x, T, K);
-  else if (q8_t32) launch_gemv_quant_q8(stream, mt, blocks, x, T, K);
-  else if (q6_t32) launch_gemv_quant_q46(stream, mt, blocks, x, T, K);
-  else launch_gemv_quant_q4(stream, mt, blocks, x, T, K);
+  if (!q4_t32 && !q6_t32 && !q8_t32) terms = 3;  // no T32 matrix: the same kernel either way
+  if (!units || (q8_t32 && (q4_t32 || q6_t32))) launch_gemv_quant_all(stream, mt, blocks, x, T, K, terms);
+  else if (q8_t32) launch_gemv_quant_q8(stream, mt, blocks, x, T, K, terms);
+  else if (q6_t32) launch_gemv_quant_q46(stream, mt, blocks, x, T, K, terms);
+  else launch_gemv_quant_q4(stream, mt, blocks, x, T, K, terms);
 }
 
 // The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows per
@@ -307,7 +308,7 @@ static void matmul_t32_passes(const Context& ctx, const Tensor& x, std::span<con
     }
     MultiTargets mt = multi_targets(targets, r0);
     const int64_t blocks = lay_out_blocks(mt, [&](int m) { return gemv_quant_block_cols(mt.dtype[m], rows, K); });
-    launch_gemv_quant(ctx.stream, mt, blocks, xr, rows, K);
+    launch_gemv_quant(ctx.stream, mt, blocks, xr, rows, K, int_gemv_terms(ctx));
   }
 }
 
@@ -340,7 +341,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
       const int64_t rows = std::min<int64_t>(kGemvMaxRows, T - r0);
       MultiTargets mt = multi_targets({&target, 1}, r0);
       const int64_t blocks = lay_out_blocks(mt, [&](int) { return gemv_quant_block_cols(w.dtype, rows, K); });
-      launch_gemv_quant(ctx.stream, mt, blocks, x.f32() + r0 * K, rows, K);
+      launch_gemv_quant(ctx.stream, mt, blocks, x.f32() + r0 * K, rows, K, int_gemv_terms(ctx));
     }
     return;
   }

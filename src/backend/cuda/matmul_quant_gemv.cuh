@@ -23,15 +23,16 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
 int64_t wide_groups();
 
 // The launches of one format set each (FormatSet below), a file each: T rows in passes of up to
-// 8. launch_gemv_quant calls the set its matrices need.
+// 8, the T32 matrices' x split into `terms` terms (int_gemv_terms). launch_gemv_quant calls the set
+// its matrices need.
 void launch_gemv_quant_all(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                           int64_t K);
+                           int64_t K, int terms);
 void launch_gemv_quant_q4(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                          int64_t K);
+                          int64_t K, int terms);
 void launch_gemv_quant_q46(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                           int64_t K);
+                           int64_t K, int terms);
 void launch_gemv_quant_q8(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                          int64_t K);
+                          int64_t K, int terms);
 
 // The integer-dot GEMV over 9 to kIntRowsMax rows of T32-layout matrices (matmul_quant_rows.cu):
 // split_int_rows splits x [T, K] once into the kSlotMatmulX scratch, then launch_gemv_int_rows
@@ -41,6 +42,7 @@ struct IntRowsSplit {
   const uint2* terms = nullptr;
   const float2* units = nullptr;
   int T = 0, nt = 0;  // the rows, and the kernel's n-tiles of 8
+  int nx = 3;         // x's terms (int_gemv_terms)
 };
 IntRowsSplit split_int_rows(const Context& ctx, const float* x, int64_t T, int64_t K);
 void launch_gemv_int_rows(const Context& ctx, const IntRowsSplit& sp, float* out, const void* w, DType dt, int64_t K,
@@ -157,7 +159,8 @@ __device__ __forceinline__ void gemv_other_formats(const MultiTargets& t, const 
 // kTwoSlices: an 8-warp launch with a 16-slice T32 matrix (more than one row, or other formats
 // beside it; each warp two slices of it, gemv_int_block). Without it, every T32 matrix of the
 // launch has P slices.
-template <int R, FormatSet kSet, int P = kGemvWarps, bool kTwoSlices = false>
+// NX: the T32 matrices' terms of x (q4k_int_gemv.cuh).
+template <int R, FormatSet kSet, int P, bool kTwoSlices, int NX>
 __global__ void __launch_bounds__(P * 32, kSet != FormatSet::kAll && R == 1 && P == kGemvWarps ? 2 : 1)
     gemv_multi_quant_kernel(MultiTargets t, const __grid_constant__ TmaMaps maps, const float* __restrict__ x,
                             int64_t K, int64_t wide_groups) {
@@ -168,41 +171,39 @@ __global__ void __launch_bounds__(P * 32, kSet != FormatSet::kAll && R == 1 && P
   // gemv_quant_smem(R, ..) bytes: the copy-engine GEMVs' rings, or the other formats' activation tile
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   const DType dt = t.dtype[m];
+  // (each loads its first weights before pdl_begin() itself)
   if constexpr (kHoldsQ4Int<kSet>) {
-    if (dt == DType::kQ4_K_T32) {  // loads its first weights before pdl_begin() itself
-      gemv_int_block<R, IntFormat::kQ4, P, kTwoSlices>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
-      return;
-    }
+    if (dt == DType::kQ4_K_T32)
+      return gemv_int_block<R, IntFormat::kQ4, P, kTwoSlices, NX>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem,
+                                                                  wide_groups);
   }
   if constexpr (kHoldsQ8Int<kSet>) {
-    if (dt == DType::kQ8_0_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ8, P, kTwoSlices>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
-      return;
-    }
+    if (dt == DType::kQ8_0_T32)
+      return gemv_int_block<R, IntFormat::kQ8, P, kTwoSlices, NX>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem,
+                                                                  wide_groups);
   }
   if constexpr (kHoldsQ6Int<kSet>) {
-    if (dt == DType::kQ6_K_T32) {  // likewise
-      gemv_int_block<R, IntFormat::kQ6, P, kTwoSlices>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem, wide_groups);
-      return;
-    }
+    if (dt == DType::kQ6_K_T32)
+      return gemv_int_block<R, IntFormat::kQ6, P, kTwoSlices, NX>(t.out[m], x, t.w[m], K, t.n[m], block, gemv_smem,
+                                                                  wide_groups);
   }
   if constexpr (P == kGemvWarps) gemv_other_formats<R, kSet>(t, maps, x, K, m, block, gemv_smem);
 }
 
-template <int R, FormatSet kSet, int P, bool kTwoSlices>
+template <int R, FormatSet kSet, int P, bool kTwoSlices, int NX>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K,
                               const TmaMaps& maps, size_t smem) {
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, P, kTwoSlices>,
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_multi_quant_kernel<R, kSet, P, kTwoSlices, NX>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(kQuantGemvSmemMax)));
   });
-  launch(gemv_multi_quant_kernel<R, kSet, P, kTwoSlices>, unsigned(blocks), P * 32, smem, stream, mt, maps, x, K,
+  launch(gemv_multi_quant_kernel<R, kSet, P, kTwoSlices, NX>, unsigned(blocks), P * 32, smem, stream, mt, maps, x, K,
          wide_groups());
   CUDA_CHECK_LAUNCH();
 }
 
-template <int R, FormatSet kSet>
+template <int R, FormatSet kSet, int NX>
 void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t K) {
   bool q4k = false, q6k = false, t32 = false, all16 = true, any16 = false;
   TmaMaps maps{};
@@ -228,16 +229,19 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
              " rows, past the ", kQuantGemvSmemMax, " bytes the kernel is opted in to");
   if constexpr (R == 1 && kSet != FormatSet::kAll) {
     constexpr int kWide = q4k_int::kWideSlices;
-    if (wide) return launch_gemv_quant_kernel<R, kSet, kWide, false>(stream, mt, blocks, x, K, maps, smem);
+    if (wide) return launch_gemv_quant_kernel<R, kSet, kWide, false, NX>(stream, mt, blocks, x, K, maps, smem);
   }
-  if (any16) return launch_gemv_quant_kernel<R, kSet, kGemvWarps, true>(stream, mt, blocks, x, K, maps, smem);
-  launch_gemv_quant_kernel<R, kSet, kGemvWarps, false>(stream, mt, blocks, x, K, maps, smem);
+  if (any16) return launch_gemv_quant_kernel<R, kSet, kGemvWarps, true, NX>(stream, mt, blocks, x, K, maps, smem);
+  launch_gemv_quant_kernel<R, kSet, kGemvWarps, false, NX>(stream, mt, blocks, x, K, maps, smem);
 }
 
 template <FormatSet kSet>
 void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                            int64_t K) {
-  with_rows(T, [&]<int R>() { launch_gemv_quant_kernel<R, kSet>(stream, mt, blocks, x, K); });
+                            int64_t K, int terms) {
+  with_rows(T, [&]<int R>() {
+    if (terms == 2) launch_gemv_quant_kernel<R, kSet, 2>(stream, mt, blocks, x, K);
+    else launch_gemv_quant_kernel<R, kSet, 3>(stream, mt, blocks, x, K);
+  });
 }
 
 }  // namespace

@@ -18,9 +18,10 @@ using q4k_int::kGroup;
 using q4k_int::kSuperElems;
 
 // Row stride of the split activations: 8 NT rows, the rows past T zeros.
-// terms: [unit e (32 values)][row][lane c of a B fragment][3 terms] uint2 (the words of the
+// terms: [unit e (32 values)][row][lane c of a B fragment][NX terms] uint2 (the words of the
 // lane's values 4c .. 4c + 3 and 16 + 4c .. 16 + 4c + 3 of term t: xw[t] of split8);
 // units: [unit e][row] float2 (split8's unit and sum).
+template <int NX>
 __global__ void __launch_bounds__(256) split_rows_kernel(uint2* __restrict__ terms, float2* __restrict__ units,
                                                          const float* __restrict__ x, int64_t T, int64_t rows,
                                                          int64_t K) {
@@ -32,20 +33,20 @@ __global__ void __launch_bounds__(256) split_rows_kernel(uint2* __restrict__ ter
   float unit = 0.0f, sum = 0.0f;
   if (row < T) {  // the whole block; every lane takes part in split8's shuffles
     const float* v = x + row * K + (e < n_units ? e : n_units - 1) * 32 + 4 * c;
-    q4k_int_detail::split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), w, unit,
+    q4k_int_detail::split8<NX>(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), w, unit,
                            sum);
   }
   if (e < n_units) {
-    uint2* tw = terms + ((e * rows + row) * 4 + c) * 3;
+    uint2* tw = terms + ((e * rows + row) * 4 + c) * NX;
 #pragma unroll
-    for (int t = 0; t < 3; ++t) tw[t] = make_uint2(w[t][0], w[t][1]);
+    for (int t = 0; t < NX; ++t) tw[t] = make_uint2(w[t][0], w[t][1]);
     if (c == 0) units[e * rows + row] = make_float2(unit, sum);
   }
 }
 
 // One block per group of 32 columns, q4k_int::kWarps warps, each its one or two slices (as
 // gemv_int_block's 8-warp blocks); out [T, N] (row stride N). smem: V x 32 x T floats.
-template <IntFormat F, int NT>
+template <IntFormat F, int NT, int NX>
 __global__ void __launch_bounds__(q4k_int::kWarps * 32, 1)
     gemv_int_rows_kernel(float* __restrict__ out, const void* __restrict__ w, const uint2* __restrict__ terms,
                          const float2* __restrict__ units, int T, int64_t K, int64_t N, int64_t wide_groups) {
@@ -62,12 +63,12 @@ __global__ void __launch_bounds__(q4k_int::kWarps * 32, 1)
   extern __shared__ float partial[];  // [slice][col][row]
   pdl_begin();
   const int64_t e0 = int64_t(first) * 8;  // the walk's first 32-value unit
-  const uint2* tb = terms + ((e0 * kRows + g) * 4 + c) * 3;
+  const uint2* tb = terms + ((e0 * kRows + g) * 4 + c) * NX;
   const float2* ub = units + e0 * kRows + 2 * c;
   auto act = [&](int nt, int e, uint32_t(&xw)[3][2], float(&u)[2], float(&sm)[2]) {
-    const uint2* tw = tb + (int64_t(e) * kRows + 8 * nt) * 12;
+    const uint2* tw = tb + (int64_t(e) * kRows + 8 * nt) * 4 * NX;
 #pragma unroll
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < NX; ++t) {
       const uint2 v = tw[t];
       xw[t][0] = v.x;
       xw[t][1] = v.y;
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(q4k_int::kWarps * 32, 1)
   };
   float y[NT][2][4] = {};
   auto flush = [&](int v) { q4k_int_detail::flush_rows(y, partial, v, T, T, g, c); };
-  q4k_int_detail::int_rows_walk<F, NT, true>(gbase, cstride, sstride, wg, n, mid, g, c, act, [&] { flush(v0); }, y);
+  q4k_int_detail::int_rows_walk<F, NT, true, NX>(gbase, cstride, sstride, wg, n, mid, g, c, act, [&] { flush(v0); }, y);
   if (per == 2 && mid == n) flush(v0);  // an empty second slice sums to 0
   flush(v0 + per - 1);
   __syncthreads();
@@ -94,27 +95,32 @@ __global__ void __launch_bounds__(q4k_int::kWarps * 32, 1)
   }
 }
 
-template <IntFormat F, int NT>
+template <IntFormat F, int NT, int NX>
 void launch_rows(cudaStream_t stream, float* out, const void* w, const uint2* terms, const float2* units, int T,
                  int64_t K, int64_t N) {
   constexpr size_t kSmemMax = size_t(q4k_int::kWideSlices) * kGroup * 8 * NT * 4;
   static std::once_flag opted_in;
   std::call_once(opted_in, [] {
     CUDA_CHECK(
-        cudaFuncSetAttribute(gemv_int_rows_kernel<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemMax)));
+        cudaFuncSetAttribute(gemv_int_rows_kernel<F, NT, NX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(kSmemMax)));
   });
   const int V = q4k_int::group_slices(N, K / kSuperElems, wide_groups());
   const size_t smem = size_t(V) * kGroup * size_t(T) * 4;
-  launch(gemv_int_rows_kernel<F, NT>, unsigned(ceil_div(N, kGroup)), q4k_int::kWarps * 32, smem, stream, out, w, terms,
-         units, T, K, N, wide_groups());
+  launch(gemv_int_rows_kernel<F, NT, NX>, unsigned(ceil_div(N, kGroup)), q4k_int::kWarps * 32, smem, stream, out, w,
+         terms, units, T, K, N, wide_groups());
   CUDA_CHECK_LAUNCH();
 }
 
 template <IntFormat F>
 void launch_rows_format(cudaStream_t stream, float* out, const void* w, const uint2* terms, const float2* units, int T,
-                        int64_t K, int64_t N, int nt) {
-  if (nt == 2) launch_rows<F, 2>(stream, out, w, terms, units, T, K, N);
-  else launch_rows<F, 4>(stream, out, w, terms, units, T, K, N);
+                        int64_t K, int64_t N, int nt, int nx) {
+  auto go = [&]<int NX>() {
+    if (nt == 2) launch_rows<F, 2, NX>(stream, out, w, terms, units, T, K, N);
+    else launch_rows<F, 4, NX>(stream, out, w, terms, units, T, K, N);
+  };
+  if (nx == 2) go.template operator()<2>();
+  else go.template operator()<3>();
 }
 
 }  // namespace
@@ -126,13 +132,15 @@ IntRowsSplit split_int_rows(const Context& ctx, const float* x, int64_t T, int64
   IntRowsSplit sp;
   sp.T = int(T);
   sp.nt = T <= 16 ? 2 : 4;  // n-tiles of 8 rows
+  sp.nx = int_gemv_terms(ctx);
   const int64_t rows = 8 * sp.nt, n_units = K / 32;
-  const size_t term_bytes = size_t(n_units * rows) * 4 * 3 * sizeof(uint2);
+  const size_t term_bytes = size_t(n_units * rows) * 4 * sp.nx * sizeof(uint2);
   const size_t bytes = term_bytes + size_t(n_units * rows) * sizeof(float2);
   auto* terms = static_cast<uint2*>(ctx.scratch->get(kSlotMatmulX, bytes));
   auto* units = reinterpret_cast<float2*>(reinterpret_cast<uint8_t*>(terms) + term_bytes);
-  launch(split_rows_kernel, dim3(unsigned(ceil_div(n_units, int64_t(64))), unsigned(rows)), 256, 0, ctx.stream, terms,
-         units, x, T, rows, K);
+  const dim3 grid(unsigned(ceil_div(n_units, int64_t(64))), unsigned(rows));
+  launch(sp.nx == 2 ? split_rows_kernel<2> : split_rows_kernel<3>, grid, 256, 0, ctx.stream, terms, units, x, T, rows,
+         K);
   CUDA_CHECK_LAUNCH();
   sp.terms = terms;
   sp.units = units;
@@ -142,11 +150,13 @@ IntRowsSplit split_int_rows(const Context& ctx, const float* x, int64_t T, int64
 void launch_gemv_int_rows(const Context& ctx, const IntRowsSplit& sp, float* out, const void* w, DType dt, int64_t K,
                           int64_t N) {
   KCHECK_MSG(dtype_is_t32_layout(dt), "matmul: the integer-dot rows GEMV takes a T32 matrix, got ", dtype_name(dt));
-  cudaStream_t s = ctx.stream;
+  auto go = [&]<IntFormat F>() {
+    launch_rows_format<F>(ctx.stream, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt, sp.nx);
+  };
   switch (dt) {
-    case DType::kQ4_K_T32: launch_rows_format<IntFormat::kQ4>(s, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt); break;
-    case DType::kQ8_0_T32: launch_rows_format<IntFormat::kQ8>(s, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt); break;
-    default: launch_rows_format<IntFormat::kQ6>(s, out, w, sp.terms, sp.units, sp.T, K, N, sp.nt); break;
+    case DType::kQ4_K_T32: go.template operator()<IntFormat::kQ4>(); break;
+    case DType::kQ8_0_T32: go.template operator()<IntFormat::kQ8>(); break;
+    default: go.template operator()<IntFormat::kQ6>(); break;
   }
 }
 

@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(32 * P)
           sm[0] = sa[sg];
           sm[1] = sb[sg];
         }
-        rows_sub_block(wd, hdr, hi, b, xw, u, sm, y);
+        rows_sub_block<3>(wd, hdr, hi, b, xw, u, sm, y);
       }
     }
   }

@@ -28,6 +28,12 @@
 //  - Error: |y - w.x| <= 2^-20 sum_b max|x_b| sum_b |d sc q| plus the F32 epilogue's roundings
 //    (QuantGpuTest.MatmulQ4KT32, MatmulQ8T32 and MatmulQ6KT32; Q4_K measured <= 2e-7 of S' plus
 //    that term).
+//  - NX, the terms of x (every function below that takes it): 3 as above, or 2 at
+//    --matmul-precision bf16, whose products are BF16's anyway (unit roundoff 2^-9): x^ = s (a + b /
+//    128), |x - x^| <= 2^-13 max |x| of the 32, one dp4a chain (or mma) in three fewer and a third
+//    less of the split activations to store and read; the unit is then s / 128 and Q = sum q (128 a
+//    + b). The same digits a, b as with three (q4k_int::split_value2). A row's bits still do not
+//    depend on R; they differ between the two (QuantGpuTest.MatmulT32TwoTerms).
 #pragma once
 
 #include "backend/cuda/block_gemv_geometry.h"
@@ -58,8 +64,26 @@ __device__ __forceinline__ int split_exponent(float m) {
   return max(e, -100);
 }
 
+// The exponent of the unit of NX terms, s / 128^(NX - 1) = 2^(e - 6 - 7 (NX - 1)), less e's.
+template <int NX>
+constexpr int kUnitExp = -6 - 7 * (NX - 1);
+// Value i of x's split into NX terms under inv: its digits into a[i], b[i] (and c[i]); returns
+// rint(u 128^(NX - 1)), u = x inv, its share of the sub-block's sum.
+template <int NX>
+__device__ __forceinline__ int32_t split_digits(float x, float inv, uint32_t& a, uint32_t& b, uint32_t& c) {
+  static_assert(NX == 2 || NX == 3, "x is split into 2 or 3 terms");
+  if constexpr (NX == 3) return q4k_int::split_value(x, inv, a, b, c);
+  else return q4k_int::split_value2(x, inv, a, b);
+}
+// A sub-block's Q from its NX term sums s (|s| <= 2^18 for a 32-value block of s8 quants), exact.
+template <int NX>
+__device__ __forceinline__ int term_sum(const int (&s)[3]) {
+  return NX == 3 ? s[0] * 16384 + s[1] * 128 + s[2] : s[0] * 128 + s[1];
+}
+
 // Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
-// Writes the lane's three term words; lane 8j writes the sub-block's unit and sum.
+// Writes the lane's NX term words (t2 not with two); lane 8j writes the sub-block's unit and sum.
+template <int NX = 3>
 __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t0, uint32_t* t1, uint32_t* t2,
                                            float* unit, float* sum) {
   float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -72,15 +96,15 @@ __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t
   uint32_t a[4], b[4], c[4];
   int q = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) q += q4k_int::split_value(xs[i], inv, a[i], b[i], c[i]);
+  for (int i = 0; i < 4; ++i) q += split_digits<NX>(xs[i], inv, a[i], b[i], c[i]);
   q += __shfl_xor_sync(kFullMask, q, 1);
   q += __shfl_xor_sync(kFullMask, q, 2);
   q += __shfl_xor_sync(kFullMask, q, 4);
   *t0 = pack4(a[0], a[1], a[2], a[3]);
   *t1 = pack4(b[0], b[1], b[2], b[3]);
-  *t2 = pack4(c[0], c[1], c[2], c[3]);
+  if constexpr (NX == 3) *t2 = pack4(c[0], c[1], c[2], c[3]);
   if ((lane & 7) == 0) {
-    const float u = __int_as_float((127 + e - 20) << 23);  // s / 16384
+    const float u = __int_as_float((127 + e + kUnitExp<NX>) << 23);  // s / 16384 (two terms: s / 128)
     *unit = u;
     *sum = __fmul_rn(u, float(q));
   }
@@ -88,7 +112,9 @@ __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t
 
 // The rows kernel's split on the fly: the 4 lanes 4g .. 4g + 3 hold one sub-block's 32 values of
 // a row, 8 a lane (v0: the values of B fragment word 0, v1: of word 1). The same terms, unit and
-// sum as split_quad (the max and the integer sum do not depend on how the values are spread).
+// sum as split_quad (the max and the integer sum do not depend on how the values are spread);
+// w[0 .. NX - 1].
+template <int NX = 3>
 __device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_t (&w)[3][2], float& unit,
                                        float& sum) {
   const float xs[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
@@ -102,16 +128,16 @@ __device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_
   uint32_t a[8], b[8], c[8];
   int q = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) q += q4k_int::split_value(xs[i], inv, a[i], b[i], c[i]);
+  for (int i = 0; i < 8; ++i) q += split_digits<NX>(xs[i], inv, a[i], b[i], c[i]);
   q += __shfl_xor_sync(kFullMask, q, 1);
   q += __shfl_xor_sync(kFullMask, q, 2);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     w[0][h] = pack4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]);
     w[1][h] = pack4(b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3]);
-    w[2][h] = pack4(c[4 * h], c[4 * h + 1], c[4 * h + 2], c[4 * h + 3]);
+    if constexpr (NX == 3) w[2][h] = pack4(c[4 * h], c[4 * h + 1], c[4 * h + 2], c[4 * h + 3]);
   }
-  unit = __int_as_float((127 + e - 20) << 23);
+  unit = __int_as_float((127 + e + kUnitExp<NX>) << 23);
   sum = __fmul_rn(unit, float(q));
 }
 
@@ -126,8 +152,18 @@ __device__ __forceinline__ void scale_min(const uint4& h, int b, float& s, float
   mn = __fmul_rn(dmin, __fsub_rn(__uint_as_float(0x4B000000u | mm), kMagic));
 }
 
+// The 4 words of x's terms 0 .. NX - 1 at word e of t0, t1, t2 (t2 not read with two).
+template <int NX>
+__device__ __forceinline__ void term_words(const uint32_t* __restrict__ t0, const uint32_t* __restrict__ t1,
+                                           const uint32_t* __restrict__ t2, int e, uint4 (&xt)[3]) {
+  xt[0] = *reinterpret_cast<const uint4*>(t0 + e);
+  xt[1] = *reinterpret_cast<const uint4*>(t1 + e);
+  if constexpr (NX == 3) xt[2] = *reinterpret_cast<const uint4*>(t2 + e);
+}
+
 // One super-block of the lane's column: c = its 9 chunks, terms at the super-block's first
 // element (words), unit / sum at its first sub-block.
+template <int NX = 3>
 __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const uint32_t* __restrict__ t0,
                                              const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                              const float* __restrict__ unit, const float* __restrict__ sum, float y) {
@@ -139,16 +175,15 @@ __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const ui
     for (int half = 0; half < 2; ++half) {
       const uint4 w4 = c[1 + 2 * q + half];
       const int e = (64 * q + 16 * half) / 4;  // word of the low nibbles' first element
-      const uint4 xl[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
-                           *reinterpret_cast<const uint4*>(t2 + e)};
-      const uint4 xh[3] = {*reinterpret_cast<const uint4*>(t0 + e + 8), *reinterpret_cast<const uint4*>(t1 + e + 8),
-                           *reinterpret_cast<const uint4*>(t2 + e + 8)};
+      uint4 xl[3], xh[3];
+      term_words<NX>(t0, t1, t2, e, xl);
+      term_words<NX>(t0, t1, t2, e + 8, xh);
       const uint32_t ws[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int l = int(ws[i] & 0x0F0F0F0Fu), u = int((ws[i] >> 4) & 0x0F0F0F0Fu);
 #pragma unroll
-        for (int t = 0; t < 3; ++t) {
+        for (int t = 0; t < NX; ++t) {
           const uint32_t* xw = reinterpret_cast<const uint32_t*>(&xl[t]);
           const uint32_t* xv = reinterpret_cast<const uint32_t*>(&xh[t]);
           lo[t] = __dp4a(l, int(xw[i]), lo[t]);
@@ -156,7 +191,7 @@ __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const ui
         }
       }
     }
-    const int ql = lo[0] * 16384 + lo[1] * 128 + lo[2], qh = hi[0] * 16384 + hi[1] * 128 + hi[2];
+    const int ql = term_sum<NX>(lo), qh = term_sum<NX>(hi);
     float s[2], mn[2];
     scale_min(h, 2 * q, s[0], mn[0]);
     scale_min(h, 2 * q + 1, s[1], mn[1]);
@@ -169,21 +204,26 @@ __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const ui
 }
 
 // A warp's split of its slice of one row of x (n super-blocks from x) into shared memory: 3 n 64
-// words of terms (m0, m1, m2), then n 8 units (mu) and n 8 sums (ms); 128 values an iteration.
+// words of terms (m0, m1, m2; m2 unwritten with two), then n 8 units (mu) and n 8 sums (ms); 128
+// values an iteration.
+template <int NX = 3>
 __device__ __forceinline__ void split_slice(const float* __restrict__ x, int n, int lane, uint32_t* m0, uint32_t* m1,
                                             uint32_t* m2, float* mu, float* ms) {
   for (int it = 0; it < 2 * n; ++it) {
     const float4 v = *reinterpret_cast<const float4*>(x + 128 * it + 4 * lane);
     const int wi = 32 * it + lane;
-    split_quad(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
+    split_quad<NX>(v, lane, m0 + wi, m1 + wi, m2 + wi, mu + 4 * it + lane / 8, ms + 4 * it + lane / 8);
   }
   __syncwarp();
 }
 
 // A Q8_0 block's Q = sum q (16384 a + 128 b + c) from its three exact term sums (|A| <= 32 128 64
 // = 2^18, so 16384 A needs 64 bits), rounded once to F32.
+// With two terms, Q = 128 A + B (|Q| < 2^26), likewise rounded once.
+template <int NX = 3>
 __device__ __forceinline__ float q8_sum(int A, int B, int C) {
-  return __ll2float_rn(static_cast<long long>(A) * 16384 + (B * 128 + C));
+  if constexpr (NX == 2) return __int2float_rn(A * 128 + B);
+  else return __ll2float_rn(static_cast<long long>(A) * 16384 + (B * 128 + C));
 }
 
 // The d of block i (0..7) of a Q8_0 super-block: 16-bit word i of its scales chunk c.
@@ -194,6 +234,7 @@ __device__ __forceinline__ float q8_scale(const uint4& c, int i) {
 
 // Half h of a Q8_0 super-block of the lane's column: c[0] its scales chunk, c[1 + j] quant chunk
 // 1 + 8 h + j; terms at the half's first element (words), units at its first block.
+template <int NX = 3>
 __device__ __forceinline__ float q8_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
                                          const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                          const float* __restrict__ unit, float y) {
@@ -204,18 +245,25 @@ __device__ __forceinline__ float q8_half(const uint4 (&c)[kChunks], int h, const
     for (int half = 0; half < 2; ++half) {
       const uint4 w4 = c[1 + 2 * b + half];
       const int e = 8 * b + 4 * half;
-      const uint4 xt[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
-                           *reinterpret_cast<const uint4*>(t2 + e)};
+      uint4 xt[3];
+      term_words<NX>(t0, t1, t2, e, xt);
       const uint32_t ws[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int t = 0; t < 3; ++t)
+        for (int t = 0; t < NX; ++t)
           acc[t] = __dp4a(int(ws[i]), int(reinterpret_cast<const uint32_t*>(&xt[t])[i]), acc[t]);
     }
-    y = __fmaf_rn(__fmul_rn(q8_scale(c[0], 4 * h + b), unit[b]), q8_sum(acc[0], acc[1], acc[2]), y);
+    y = __fmaf_rn(__fmul_rn(q8_scale(c[0], 4 * h + b), unit[b]), q8_sum<NX>(acc[0], acc[1], acc[2]), y);
   }
   return y;
+}
+
+// A Q6_K sub-block's Q from its term sums over the bytes 4 (q - 32) (q4k_int::q6_sum); with two
+// terms 32 A + B / 4, exact as well.
+template <int NX>
+__device__ __forceinline__ int q6_sum(int A, int B, int C) {
+  return NX == 3 ? q4k_int::q6_sum(A, B, C) : A * 32 + (B >> 2);
 }
 
 // d += a b, a 16x32 (row-major) and b 32x8 (column-major) s8 fragment, exact s32 sums. Lane l, g =
@@ -257,10 +305,11 @@ __device__ __forceinline__ void rows_words(const uint8_t* __restrict__ tp, int64
 
 // The rows kernels' split on the fly of one sub-block: v = B column g's 32 values (x row g), 8 a
 // lane; xw its words for the mmas, u and sm the units and sums of the lane's output rows ra, rb.
+template <int NX = 3>
 __device__ __forceinline__ void split_rows(const float* __restrict__ v, int ra, int rb, uint32_t (&xw)[3][2],
                                            float (&u)[2], float (&sm)[2]) {
   float unit, sum;
-  split8(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
+  split8<NX>(*reinterpret_cast<const float4*>(v), *reinterpret_cast<const float4*>(v + 16), xw, unit, sum);
   u[0] = __shfl_sync(kFullMask, unit, 4 * ra);
   u[1] = __shfl_sync(kFullMask, unit, 4 * rb);
   sm[0] = __shfl_sync(kFullMask, sum, 4 * ra);
@@ -270,6 +319,7 @@ __device__ __forceinline__ void split_rows(const float* __restrict__ v, int ra, 
 // Sub-block b of a super-block (hi: the high nibbles of its quant chunks) for the warp's two
 // m-tiles of 16 columns: wd [m-tile][column g, g + 8][chunk]: word c of the sub-block's two
 // chunks, hdr their headers, xw the rows' terms; y [m-tile][D fragment] += its scaled Q and min.
+template <int NX>
 __device__ __forceinline__ void rows_sub_block(const uint32_t (&wd)[2][2][2], const uint4 (&hdr)[2][2], int hi, int b,
                                                const uint32_t (&xw)[3][2], const float (&u)[2], const float (&sm)[2],
                                                float (&y)[2][4]) {
@@ -283,7 +333,7 @@ __device__ __forceinline__ void rows_sub_block(const uint32_t (&wd)[2][2][2], co
     }
     int d[3][4] = {};
 #pragma unroll
-    for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
+    for (int tm = 0; tm < NX; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float sc, mn;
@@ -291,7 +341,7 @@ __device__ __forceinline__ void rows_sub_block(const uint32_t (&wd)[2][2][2], co
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int j = 2 * hh + i;
-        const int Q = d[0][j] * 16384 + d[1][j] * 128 + d[2][j];
+        const int Q = term_sum<NX>({d[0][j], d[1][j], d[2][j]});
         y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), float(Q), y[mt][j]);
         y[mt][j] = __fmaf_rn(-mn, sm[i], y[mt][j]);
       }
@@ -302,6 +352,7 @@ __device__ __forceinline__ void rows_sub_block(const uint32_t (&wd)[2][2][2], co
 // Block b of a Q8_0 super-block for the warp's two m-tiles of 16 columns: wd [m-tile][column g,
 // g + 8][chunk]: word c of the block's two quant chunks, hdr the columns' scales chunks, xw the
 // rows' terms; y [m-tile][D fragment] += d u Q, Q rounded as q8_sum (the one-row path's values).
+template <int NX>
 __device__ __forceinline__ void rows_block_q8(const uint32_t (&wd)[2][2][2], const uint4 (&hdr)[2][2], int b,
                                               const uint32_t (&xw)[3][2], const float (&u)[2], float (&y)[2][4]) {
 #pragma unroll
@@ -311,14 +362,14 @@ __device__ __forceinline__ void rows_block_q8(const uint32_t (&wd)[2][2][2], con
     for (int i = 0; i < 4; ++i) a[i] = wd[mt][i & 1][i >> 1];
     int d[3][4] = {};
 #pragma unroll
-    for (int tm = 0; tm < 3; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
+    for (int tm = 0; tm < NX; ++tm) mma_s8(d[tm], a, xw[tm][0], xw[tm][1]);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sc = q8_scale(hdr[mt][hh], b);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int j = 2 * hh + i;
-        y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), q8_sum(d[0][j], d[1][j], d[2][j]), y[mt][j]);
+        y[mt][j] = __fmaf_rn(__fmul_rn(sc, u[i]), q8_sum<NX>(d[0][j], d[1][j], d[2][j]), y[mt][j]);
       }
     }
   }
@@ -344,6 +395,7 @@ __device__ __forceinline__ uint32_t q6_tile_d(const uint8_t* __restrict__ tp, in
 // 4h .. 4h + 3, c[5], c[6] qh chunks 8 + 2h, 9 + 2h, c[7].x its d; terms at the half's first
 // element (words), units at its first 32 values. Sub-blocks 8h + j in order, j = 2r + p: quarter
 // r, l-words 4p .. 4p + 3.
+template <int NX = 3>
 __device__ __forceinline__ float q6_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
                                          const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                          const float* __restrict__ unit, float y) {
@@ -354,18 +406,18 @@ __device__ __forceinline__ float q6_half(const uint4 (&c)[kChunks], int h, const
     for (int p = 0; p < 2; ++p) {
       const uint4 ql4 = c[1 + 2 * (r & 1) + p], qh4 = c[5 + p];
       const int e = 8 * r + 4 * p;
-      const uint4 xt[3] = {*reinterpret_cast<const uint4*>(t0 + e), *reinterpret_cast<const uint4*>(t1 + e),
-                           *reinterpret_cast<const uint4*>(t2 + e)};
+      uint4 xt[3];
+      term_words<NX>(t0, t1, t2, e, xt);
       const uint32_t ql[4] = {ql4.x, ql4.y, ql4.z, ql4.w}, qh[4] = {qh4.x, qh4.y, qh4.z, qh4.w};
       int acc[3] = {0, 0, 0};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int q = int(q4k_int::q6_quarter(ql[i], qh[i], r));
 #pragma unroll
-        for (int t = 0; t < 3; ++t) acc[t] = __dp4a(q, int(reinterpret_cast<const uint32_t*>(&xt[t])[i]), acc[t]);
+        for (int t = 0; t < NX; ++t) acc[t] = __dp4a(q, int(reinterpret_cast<const uint32_t*>(&xt[t])[i]), acc[t]);
       }
       const float sc = __fmul_rn(__fmul_rn(d, q6_scale(c[0], 8 * h + 2 * r + p)), unit[r]);
-      y = __fmaf_rn(sc, float(q4k_int::q6_sum(acc[0], acc[1], acc[2])), y);
+      y = __fmaf_rn(sc, float(q6_sum<NX>(acc[0], acc[1], acc[2])), y);
     }
   return y;
 }
@@ -384,6 +436,7 @@ __device__ __forceinline__ void mma_s8_k16(int (&d)[4], uint32_t a0, uint32_t a1
 // 4p .. 4p + 3, hdr the columns' scales chunks, dv their d's, xw the rows' terms of the quarter's 32
 // values (word p: this sub-block's 16); y [m-tile][D fragment] += d sc u Q (the one-row path's
 // values).
+template <int NX>
 __device__ __forceinline__ void rows_sub_block_q6(const uint32_t (&wd)[2][2][3], const uint4 (&hdr)[2][2],
                                                   const float (&dv)[2][2], int h, int r, int p,
                                                   const uint32_t (&xw)[3][2], const float (&u)[2], float (&y)[2][4]) {
@@ -393,14 +446,14 @@ __device__ __forceinline__ void rows_sub_block_q6(const uint32_t (&wd)[2][2][3],
     const uint32_t a1 = q4k_int::q6_quarter(wd[mt][1][r & 1], wd[mt][1][2], r);
     int d[3][4] = {};
 #pragma unroll
-    for (int tm = 0; tm < 3; ++tm) mma_s8_k16(d[tm], a0, a1, xw[tm][p]);
+    for (int tm = 0; tm < NX; ++tm) mma_s8_k16(d[tm], a0, a1, xw[tm][p]);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float ds = __fmul_rn(dv[mt][hh], q6_scale(hdr[mt][hh], 8 * h + 2 * r + p));
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int j = 2 * hh + i;
-        y[mt][j] = __fmaf_rn(__fmul_rn(ds, u[i]), float(q4k_int::q6_sum(d[0][j], d[1][j], d[2][j])), y[mt][j]);
+        y[mt][j] = __fmaf_rn(__fmul_rn(ds, u[i]), float(q6_sum<NX>(d[0][j], d[1][j], d[2][j])), y[mt][j]);
       }
     }
   }
@@ -430,7 +483,7 @@ __device__ __forceinline__ void flush_rows(float (&y)[NT][2][4], float* __restri
 // units and sums of the lane's output rows; y[nt] takes each sub-block's scaled sums in order.
 // With two slices (kTwoSlices) at_mid() runs before super-block mid, where the second begins.
 // The weights are read once for all NT n-tiles, and each n-tile's sums are those of a walk alone.
-template <IntFormat F, int NT, bool kTwoSlices, typename Act, typename AtMid>
+template <IntFormat F, int NT, bool kTwoSlices, int NX, typename Act, typename AtMid>
 __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase, int64_t cstride, int64_t sstride,
                                               int wg, int n, int mid, int g, int c, Act&& act, AtMid&& at_mid,
                                               float (&y)[NT][2][4]) {
@@ -476,7 +529,7 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
         for (int r = 0; r < 4; ++r)
           tiles(8 * t + 4 * h + r, [&](const auto& xw, const auto& u, const auto&, auto& yt) {
 #pragma unroll
-            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6(wd[pp], hdr, dv, h, r, pp, xw, u, yt);
+            for (int pp = 0; pp < 2; ++pp) rows_sub_block_q6<NX>(wd[pp], hdr, dv, h, r, pp, xw, u, yt);
           });
       }
     } else {
@@ -487,7 +540,7 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
           uint32_t wd[2][2][2];  // [m-tile][column g, g + 8][chunk 1 + 2 bk, 2 + 2 bk]: word c
           rows_words(tp, cstride, bk, g, c, wg, wd);
           tiles(8 * t + bk, [&](const auto& xw, const auto& u, const auto&, auto& yt) {
-            rows_block_q8(wd, hdr, bk, xw, u, yt);
+            rows_block_q8<NX>(wd, hdr, bk, xw, u, yt);
           });
         }
       } else {
@@ -498,7 +551,7 @@ __device__ __forceinline__ void int_rows_walk(const uint8_t* __restrict__ gbase,
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi)
             tiles(8 * t + 2 * q + hi, [&](const auto& xw, const auto& u, const auto& sm, auto& yt) {
-              rows_sub_block(wd, hdr, hi, 2 * q + hi, xw, u, sm, yt);
+              rows_sub_block<NX>(wd, hdr, hi, 2 * q + hi, xw, u, sm, yt);
             });
         }
       }
@@ -528,9 +581,10 @@ constexpr int kIntUnitsPerSuper = F == IntFormat::kQ4 ? 1 : 2;
 // restarts at the second. Without kTwoSlices the code is what it was before 16 slices: with the
 // restart inside every walk, an 8-slice 12288 x 4096 Q4_K launch measured 1910 GB/s on an H100
 // against 2087-2108 before.
-// Calls pdl_begin() itself: one row's first weights are loaded before it. smem:
+// NX: x's terms (2 at --matmul-precision bf16, else 3). Calls pdl_begin() itself: one row's first
+// weights are loaded before it. smem:
 // q4k_int::smem_bytes(R, K, P) bytes. K % 256 == 0; x 16-byte aligned.
-template <int R, IntFormat F, int P, bool kTwoSlices>
+template <int R, IntFormat F, int P, bool kTwoSlices, int NX>
 __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const float* __restrict__ x,
                                                const void* __restrict__ w, int64_t K, int64_t N, int64_t group,
                                                uint8_t* __restrict__ smem, int64_t wide_groups) {
@@ -594,12 +648,12 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     uint32_t* m2 = m1 + n * 64;
     float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
-    split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
+    split_slice<NX>(x + k0, n, lane, m0, m1, m2, mu, ms);
     const int units = kIntUnitsPerSuper<F> * n, mid_unit = kIntUnitsPerSuper<F> * mid;
     auto dot = [&](const uint4(&c)[kChunks], int t, float acc) {
-      if constexpr (kQ8) return q8_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
-      else if constexpr (kQ6) return q6_half(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
-      else return super_block(c, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, acc);
+      if constexpr (kQ8) return q8_half<NX>(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
+      else if constexpr (kQ6) return q6_half<NX>(c, t & 1, m0 + 32 * t, m1 + 32 * t, m2 + 32 * t, mu + 4 * t, acc);
+      else return super_block<NX>(c, m0 + 64 * t, m1 + 64 * t, m2 + 64 * t, mu + 8 * t, ms + 8 * t, acc);
     };
     // slice v0 + e: units u0 .. u1 - 1
     for (int e = 0, u0 = 0; e < per; ++e) {
@@ -623,10 +677,10 @@ __device__ __forceinline__ void gemv_int_block(float* __restrict__ out, const fl
     auto flush = [&](int v) { flush_rows(y, partial, v, R, R, g, c); };
     // One walk over the warp's super-blocks; with two slices the sum restarts at the second's first
     // (mid). Two walks, one a slice, measured 4-15% slower for 8 rows at 4096 x 12288 on an H100.
-    int_rows_walk<F, 1, kTwoSlices>(
+    int_rows_walk<F, 1, kTwoSlices, NX>(
         gbase, cstride, sstride, wg, n, mid, g, c,
         [&](int, int e, uint32_t(&xw)[3][2], float(&u)[2], float(&sm)[2]) {
-          split_rows(xg + 32 * e, ra, rb, xw, u, sm);
+          split_rows<NX>(xg + 32 * e, ra, rb, xw, u, sm);
         },
         [&] { flush(v0); }, y);
     if constexpr (kTwoSlices) {

@@ -332,6 +332,8 @@ TEST(BlockGemvGeometry, IntGemvSliceWalksDotEachUnitOnceInOrder) {
 // the cascade's, a = rint(u), b = rint(128 (u - a)), c = rint(128 (128 (u - a) - b)), u = x 2^(6 - e),
 // with ties to even, and t = 16384 a + 128 b + c, for every x of a block whose largest magnitude
 // is f 2^e (f in [0.5, 1)): the GEMV's sums take Q = sum q t, and the s8 mmas each digit's low byte.
+// split_value2 (two terms) must give the same a and b, and t2 = 128 a + b = rint(128 u), whose ties
+// (odd multiples of 2^(e - 14)) are among those below.
 TEST(BlockGemvGeometry, Q4kIntSplitValueEqualsTheCascadeOfRoundings) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
@@ -349,6 +351,14 @@ TEST(BlockGemvGeometry, Q4kIntSplitValueEqualsTheCascadeOfRoundings) {
     ASSERT_EQ(int8_t(b & 0xFF), int32_t(fb)) << x << " e " << e;
     ASSERT_EQ(int8_t(c & 0xFF), int32_t(fc)) << x << " e " << e;
     ASSERT_LE(std::abs(t), 1 << 20);
+    uint32_t a2 = 0, b2 = 0;
+    const int32_t t2 = q4k_int::split_value2(x, inv, a2, b2);
+    ASSERT_EQ(a2, a) << x << " e " << e;
+    ASSERT_EQ(b2, b) << x << " e " << e;
+    ASSERT_EQ(t2, int32_t(fa) * 128 + int32_t(fb)) << x << " e " << e;
+    ASSERT_EQ(float(t2), std::nearbyint(u * 128.0f)) << x << " e " << e;
+    // |x - s t2 / 128| <= s / 256 = 2^(e - 14)
+    ASSERT_LE(std::fabs(double(x) - std::ldexp(double(t2), e - 13)), std::ldexp(1.0, e - 14)) << x << " e " << e;
   };
   for (int e : {-100, -20, -1, 0, 1, 3, 17, 100}) {
     const float top = std::nextafter(std::ldexp(1.0f, e), 0.0f);  // the largest magnitude below 2^e

@@ -237,11 +237,12 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
     q6_t32 = q6_t32 || mt.dtype[m] == DType::kQ6_K_T32;
     q8_t32 = q8_t32 || mt.dtype[m] == DType::kQ8_0_T32;
   }
-  if (!q4_t32 && !q6_t32 && !q8_t32) terms = 3;  // no T32 matrix: the same kernel either way
-  if (!units || (q8_t32 && (q4_t32 || q6_t32))) launch_gemv_quant_all(stream, mt, blocks, x, T, K, terms);
-  else if (q8_t32) launch_gemv_quant_q8(stream, mt, blocks, x, T, K, terms);
-  else if (q6_t32) launch_gemv_quant_q46(stream, mt, blocks, x, T, K, terms);
-  else launch_gemv_quant_q4(stream, mt, blocks, x, T, K, terms);
+  const bool two = terms == 2 && (q4_t32 || q6_t32 || q8_t32);  // (without a T32 matrix the same kernel either way)
+  if (!units || (q8_t32 && (q4_t32 || q6_t32)))
+    (two ? launch_gemv_quant_all_two : launch_gemv_quant_all)(stream, mt, blocks, x, T, K);
+  else if (q8_t32) (two ? launch_gemv_quant_q8_two : launch_gemv_quant_q8)(stream, mt, blocks, x, T, K);
+  else if (q6_t32) (two ? launch_gemv_quant_q46_two : launch_gemv_quant_q46)(stream, mt, blocks, x, T, K);
+  else (two ? launch_gemv_quant_q4_two : launch_gemv_quant_q4)(stream, mt, blocks, x, T, K);
 }
 
 // The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows per

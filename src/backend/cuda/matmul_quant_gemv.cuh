@@ -1,8 +1,9 @@
 // The block-format GEMV (gemv_multi_quant_kernel) and its launches, shared by matmul_quant.cu
-// and the four files that compile its format sets (matmul_quant_gemv_*.cu): the kernels of a set
-// build in a file of their own, so that the sets compile in parallel (one file held 67 kernel
-// instantiations and was the build's longest step, ~4 minutes on two cores). The kernels and
-// their launch templates have internal linkage, so each file instantiates its own.
+// and the eight files that compile its format sets (matmul_quant_gemv_*.cu, a set's two-term
+// kernels in its _two file): the kernels of a set build in a file of their own, so that the sets
+// compile in parallel (one file held 67 kernel instantiations and was the build's longest step,
+// ~4 minutes on two cores). The kernels and their launch templates have internal linkage, so each
+// file instantiates its own.
 #pragma once
 
 #include <cudaTypedefs.h>  // CUtensorMap
@@ -23,16 +24,25 @@ CUtensorMap block_tensor_map(DType dt, const void* w, int64_t N, int64_t row_byt
 int64_t wide_groups();
 
 // The launches of one format set each (FormatSet below), a file each: T rows in passes of up to
-// 8, the T32 matrices' x split into `terms` terms (int_gemv_terms). launch_gemv_quant calls the set
-// its matrices need.
+// 8, the T32 matrices' x split into three terms, or (the _two files, --matmul-precision bf16:
+// int_gemv_terms) two; every (set, terms) pair compiles in a file of its own, in parallel.
+// launch_gemv_quant calls the one its matrices and precision need.
 void launch_gemv_quant_all(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                           int64_t K, int terms);
+                           int64_t K);
+void launch_gemv_quant_all_two(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                               int64_t K);
 void launch_gemv_quant_q4(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                          int64_t K, int terms);
+                          int64_t K);
+void launch_gemv_quant_q4_two(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                              int64_t K);
 void launch_gemv_quant_q46(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                           int64_t K, int terms);
+                           int64_t K);
+void launch_gemv_quant_q46_two(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                               int64_t K);
 void launch_gemv_quant_q8(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                          int64_t K, int terms);
+                          int64_t K);
+void launch_gemv_quant_q8_two(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
+                              int64_t K);
 
 // The integer-dot GEMV over 9 to kIntRowsMax rows of T32-layout matrices (matmul_quant_rows.cu):
 // split_int_rows splits x [T, K] once into the kSlotMatmulX scratch, then launch_gemv_int_rows
@@ -235,13 +245,10 @@ void launch_gemv_quant_kernel(cudaStream_t stream, const MultiTargets& mt, int64
   launch_gemv_quant_kernel<R, kSet, kGemvWarps, false, NX>(stream, mt, blocks, x, K, maps, smem);
 }
 
-template <FormatSet kSet>
+template <FormatSet kSet, int NX>
 void launch_gemv_quant_rows(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                            int64_t K, int terms) {
-  with_rows(T, [&]<int R>() {
-    if (terms == 2) launch_gemv_quant_kernel<R, kSet, 2>(stream, mt, blocks, x, K);
-    else launch_gemv_quant_kernel<R, kSet, 3>(stream, mt, blocks, x, K);
-  });
+                            int64_t K) {
+  with_rows(T, [&]<int R>() { launch_gemv_quant_kernel<R, kSet, NX>(stream, mt, blocks, x, K); });
 }
 
 }  // namespace

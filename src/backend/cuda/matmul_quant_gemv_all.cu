@@ -5,8 +5,8 @@
 namespace kestrel::cuda {
 
 void launch_gemv_quant_all(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                           int64_t K, int terms) {
-  launch_gemv_quant_rows<FormatSet::kAll>(stream, mt, blocks, x, T, K, terms);
+                           int64_t K) {
+  launch_gemv_quant_rows<FormatSet::kAll, 3>(stream, mt, blocks, x, T, K);
 }
 
 }  // namespace kestrel::cuda

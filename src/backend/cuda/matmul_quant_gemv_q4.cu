@@ -6,8 +6,8 @@
 namespace kestrel::cuda {
 
 void launch_gemv_quant_q4(cudaStream_t stream, const MultiTargets& mt, int64_t blocks, const float* x, int64_t T,
-                          int64_t K, int terms) {
-  launch_gemv_quant_rows<FormatSet::kQ4Units>(stream, mt, blocks, x, T, K, terms);
+                          int64_t K) {
+  launch_gemv_quant_rows<FormatSet::kQ4Units, 3>(stream, mt, blocks, x, T, K);
 }
 
 }  // namespace kestrel::cuda

@@ -30,10 +30,10 @@
 //    that term).
 //  - NX, the terms of x (every function below that takes it): 3 as above, or 2 at
 //    --matmul-precision bf16, whose products are BF16's anyway (unit roundoff 2^-9): x^ = s (a + b /
-//    128), |x - x^| <= 2^-13 max |x| of the 32, one dp4a chain (or mma) in three fewer and a third
-//    less of the split activations to store and read; the unit is then s / 128 and Q = sum q (128 a
-//    + b). The same digits a, b as with three (q4k_int::split_value2). A row's bits still do not
-//    depend on R; they differ between the two (QuantGpuTest.MatmulT32TwoTerms).
+//    128), |x - x^| <= 2^-13 max |x| of the 32, two dp4a chains (or mmas) instead of three and a
+//    third less of the split activations to store and read; the unit is then s / 128 and Q = sum
+//    q (128 a + b). The same digits a, b as with three (q4k_int::split_value2). A row's bits still
+//    do not depend on R; they differ between the two (QuantGpuTest.MatmulT32TwoTerms).
 #pragma once
 
 #include "backend/cuda/block_gemv_geometry.h"

@@ -6,8 +6,8 @@
 # q4km-prefill: the GGUF's 8192-token prefill at the default precision (bf16x3) and at bf16;
 # pp-profile: the phase profiles of a 512-token prefill step of the GGUF and of the bf16
 # checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and
-# prints the tables. q8-ab: the q8_0 GGUF's decode and 512-token prefill with its Q8_0 row-major
-# and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
+# prints the tables. q4km-bf16: the GGUF's decode at --matmul-precision bf16. q8-ab: the q8_0
+# GGUF's decode and 512-token prefill with its Q8_0 row-major and in the integer-dot GEMV's layout; q6-ab: the q4_k_m GGUF's decode and 512-token prefill
 # with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; wide-ab: the
 # q4_k_m GGUF's decode with its T32 matrices in 8 slices (KESTREL_CUDA_GEMV_WIDE=0) and in 16
 # (=1000000 groups: every matrix of 4096-wide rows or wider, the default; WIDE="0 128 1000000" adds
@@ -22,7 +22,7 @@
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab|rows-ab|patch-ab ...]
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|q4km-bf16|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab|rows-ab|patch-ab ...]
 #          (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
@@ -39,6 +39,9 @@ for w in $which; do
   case $w in
     9b) bash scripts/device-bench.sh "$out/9b" Qwen3.5-9B qwen35-9b -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
     q4km) bash scripts/device-bench-gguf.sh "$out/q4km" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 2>&1 | show ;;
+    q4km-bf16)  # the same at --matmul-precision bf16 (the integer-dot GEMVs' two terms of x)
+      bash scripts/device-bench-gguf.sh "$out/q4km-bf16" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8 -r 2 \
+        --matmul-precision bf16 2>&1 | show ;;
     q4km-prefill)
       for p in bf16x3 bf16; do
         bash scripts/device-bench-gguf.sh "$out/q4km-pp-$p" Qwen3.5-9B qwen35-9b q4_k_m -p 8192 -n 0 -b 1 -r 2 \
@@ -99,7 +102,7 @@ for w in $which; do
       done
       apply -R ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab, head-ab, rows-ab or patch-ab)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, q4km-bf16, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab, head-ab, rows-ab or patch-ab)"; exit 2 ;;
   esac
   el "$w"
 done

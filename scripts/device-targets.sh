@@ -8,10 +8,11 @@
 # checkpoint, both at bf16 (the GGUF also with KESTREL_CUDA_Q4K_INT=0, its Q4_K row-major); and
 # prints the tables. q4km-bf16: the GGUF's decode at --matmul-precision bf16. q8-ab: the q8_0
 # GGUF's decode and 512-token prefill with its Q8_0 row-major and in the integer-dot GEMV's layout;
-# q6-ab: the q4_k_m GGUF's decode and 512-token prefill with its Q6_K matrices row-major (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; wide-ab: the
-# q4_k_m GGUF's decode with its T32 matrices in 8 slices (KESTREL_CUDA_GEMV_WIDE=0) and in 16
-# (=1000000 groups: every matrix of 4096-wide rows or wider, the default; WIDE="0 128 1000000" adds
-# the fortieth session's rule, 16 for at most 128 groups); head-ab: the q4_k_m and q8_0 GGUFs'
+# q6-ab: the q4_k_m GGUF's decode and 512-token prefill with its Q6_K matrices row-major
+# (KESTREL_CUDA_Q6K_INT=0) and in the T32 layout; wide-ab: the q4_k_m GGUF's decode with its T32
+# matrices in 8 slices (KESTREL_CUDA_GEMV_WIDE=0) and in 16 (=1000000 groups: every matrix of
+# 4096-wide rows or wider, the default; WIDE="0 128 1000000" adds the fortieth session's rule, 16
+# for at most 128 groups); head-ab: the q4_k_m and q8_0 GGUFs'
 # decode (batch 1, 8, 64) with the output head in its stored layout (KESTREL_HEAD_MATMUL_LAYOUT=0)
 # and in the integer-dot GEMV's (=1, the default); rows-ab: the q4_k_m GGUF's decode at batch 1 to
 # 64 with the T32 rows past 8 in 8-row passes or passes of the rows GEMV (KESTREL_CUDA_INT_ROWS),

@@ -23,7 +23,7 @@
 #   scripts/device-call.sh $OUT scripts/device-targets.sh .device/debs WORK 9b q4km
 # Models go to $MODELS (default /dev/shm), written once a machine. TARGETS="kestrel …" builds more
 # targets (default kestrel).
-#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|q4km-bf16|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab|rows-ab|patch-ab ...]
+#   usage: scripts/device-targets.sh DEBS_DIR OUT_DIR [9b|q4km|q4km-bf16|35b|q4km-prefill|pp-profile|q8-ab|q6-ab|wide-ab|head-ab|rows-ab|pp-trace|patch-ab ...]
 #          (default: 9b q4km 35b)
 set -uo pipefail
 debs=${1:?DEBS_DIR}
@@ -102,8 +102,20 @@ for w in $which; do
           sed "s/^==/== $v/" | show
       done
       apply -R ;;
+    pp-trace)  # where an 8192-token prefill's device time goes, kernel by kernel (ktrace, summed by
+      # scripts/trace-kernel-sum.py): the q4_k_m GGUF at chunks of 512 and 2048 and the bf16 checkpoint at 512,
+      # at PRECISION (default bf16x3); needs TARGETS="kestrel kestrel_ktrace"
+      [ -f build/libkestrel_ktrace.so ] || { echo "pp-trace: build/libkestrel_ktrace.so not built (TARGETS)"; exit 2; }
+      bash scripts/device-bench-gguf.sh "$out/pp-trace" Qwen3.5-9B qwen35-9b q4_k_m -p 512 -n 0 -b 1 -r 1 2>&1 | show
+      for mc in qwen35-9b-q4_k_m.gguf:512 qwen35-9b-q4_k_m.gguf:2048 qwen35-9b:512; do
+        m=${mc%:*} c=${mc#*:}
+        echo "== kestrel bench -m $m --device cuda -p 8192 -n 0 -r 1 --chunk $c --matmul-precision ${PRECISION:-bf16x3} (ktrace)"
+        KTRACE_OUT="$out/pp-trace/$m-$c.csv" LD_PRELOAD=build/libkestrel_ktrace.so build/kestrel bench -m "$MODELS/$m" \
+          --device cuda -p 8192 -n 0 -r 1 --chunk "$c" --matmul-precision "${PRECISION:-bf16x3}" 2>&1 | show
+        python3 scripts/trace-kernel-sum.py "$out/pp-trace/$m-$c.csv" --top "${TOP:-22}"
+      done ;;
     35b) bash scripts/device-bench.sh "$out/35b" Qwen3.5-35B-A3B qwen35-35b-a3b -p 0 -n 64 -b 1 -r 2 2>&1 | show ;;
-    *) echo "unknown target $w (expected 9b, q4km, q4km-bf16, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab, head-ab, rows-ab or patch-ab)"; exit 2 ;;
+    *) echo "unknown target $w (expected 9b, q4km, q4km-bf16, 35b, q4km-prefill, pp-profile, q8-ab, q6-ab, wide-ab, head-ab, rows-ab, pp-trace or patch-ab)"; exit 2 ;;
   esac
   el "$w"
 done

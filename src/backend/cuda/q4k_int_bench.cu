@@ -32,7 +32,7 @@ __global__ void split_kernel(XTerms xt, const float* __restrict__ x, int64_t ele
   if (base >= elems) return;
   const int64_t k = base + 4 * lane, w = k / 4;
   const float4 v = *reinterpret_cast<const float4*>(x + k);
-  split_quad(v, lane, xt.terms + w, xt.terms + elems / 4 + w, xt.terms + elems / 2 + w, xt.unit + k / 32,
+  split_quad<3>(v, lane, xt.terms + w, xt.terms + elems / 4 + w, xt.terms + elems / 2 + w, xt.unit + k / 32,
              xt.sum + k / 32);
 }
 
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
     uint32_t* m2 = m1 + n * 64;
     float* mu = reinterpret_cast<float*>(m2 + n * 64);
     float* ms = mu + n * 8;
-    split_slice(x + k0, n, lane, m0, m1, m2, mu, ms);
+    split_slice<3>(x + k0, n, lane, m0, m1, m2, mu, ms);
     t0 = m0;
     t1 = m1;
     t2 = m2;
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(32 * P, P < 16 ? 16 / P : 1)
   const float y = q4k_int::slice_dot(
       load,
       [&](const uint4(&c)[kChunks], int t, float acc) {
-        return super_block(c, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, acc);
+        return super_block<3>(c, t0 + 64 * t, t1 + 64 * t, t2 + 64 * t, unit + 8 * t, sum + 8 * t, acc);
       },
       a, b, n);
   partial[warp][lane] = y;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(32 * P)
         uint32_t xw[3][2];  // [term][chunk]: B's words
         float u[2], sm[2];  // rows 2c, 2c + 1: unit and sum
         if constexpr (kSplit) {
-          split_rows(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
+          split_rows<3>(xg + t * kSuperElems + 64 * q + 32 * hi, ra, rb, xw, u, sm);
         } else {
 #pragma unroll
           for (int tm = 0; tm < 3; ++tm)

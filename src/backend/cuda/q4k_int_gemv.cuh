@@ -83,7 +83,7 @@ __device__ __forceinline__ int term_sum(const int (&s)[3]) {
 
 // Lanes 8j .. 8j + 7 of a warp hold the 32 elements of one sub-block, 4 consecutive a lane (v).
 // Writes the lane's NX term words (t2 not with two); lane 8j writes the sub-block's unit and sum.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t0, uint32_t* t1, uint32_t* t2,
                                            float* unit, float* sum) {
   float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -114,7 +114,7 @@ __device__ __forceinline__ void split_quad(const float4 v, int lane, uint32_t* t
 // a row, 8 a lane (v0: the values of B fragment word 0, v1: of word 1). The same terms, unit and
 // sum as split_quad (the max and the integer sum do not depend on how the values are spread);
 // w[0 .. NX - 1].
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ void split8(const float4 v0, const float4 v1, uint32_t (&w)[3][2], float& unit,
                                        float& sum) {
   const float xs[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
@@ -163,7 +163,7 @@ __device__ __forceinline__ void term_words(const uint32_t* __restrict__ t0, cons
 
 // One super-block of the lane's column: c = its 9 chunks, terms at the super-block's first
 // element (words), unit / sum at its first sub-block.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const uint32_t* __restrict__ t0,
                                              const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                              const float* __restrict__ unit, const float* __restrict__ sum, float y) {
@@ -206,7 +206,7 @@ __device__ __forceinline__ float super_block(const uint4 (&c)[kChunks], const ui
 // A warp's split of its slice of one row of x (n super-blocks from x) into shared memory: 3 n 64
 // words of terms (m0, m1, m2; m2 unwritten with two), then n 8 units (mu) and n 8 sums (ms); 128
 // values an iteration.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ void split_slice(const float* __restrict__ x, int n, int lane, uint32_t* m0, uint32_t* m1,
                                             uint32_t* m2, float* mu, float* ms) {
   for (int it = 0; it < 2 * n; ++it) {
@@ -220,7 +220,7 @@ __device__ __forceinline__ void split_slice(const float* __restrict__ x, int n, 
 // A Q8_0 block's Q = sum q (16384 a + 128 b + c) from its three exact term sums (|A| <= 32 128 64
 // = 2^18, so 16384 A needs 64 bits), rounded once to F32.
 // With two terms, Q = 128 A + B (|Q| < 2^26), likewise rounded once.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ float q8_sum(int A, int B, int C) {
   if constexpr (NX == 2) return __int2float_rn(A * 128 + B);
   else return __ll2float_rn(static_cast<long long>(A) * 16384 + (B * 128 + C));
@@ -234,7 +234,7 @@ __device__ __forceinline__ float q8_scale(const uint4& c, int i) {
 
 // Half h of a Q8_0 super-block of the lane's column: c[0] its scales chunk, c[1 + j] quant chunk
 // 1 + 8 h + j; terms at the half's first element (words), units at its first block.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ float q8_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
                                          const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                          const float* __restrict__ unit, float y) {
@@ -305,7 +305,7 @@ __device__ __forceinline__ void rows_words(const uint8_t* __restrict__ tp, int64
 
 // The rows kernels' split on the fly of one sub-block: v = B column g's 32 values (x row g), 8 a
 // lane; xw its words for the mmas, u and sm the units and sums of the lane's output rows ra, rb.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ void split_rows(const float* __restrict__ v, int ra, int rb, uint32_t (&xw)[3][2],
                                            float (&u)[2], float (&sm)[2]) {
   float unit, sum;
@@ -395,7 +395,7 @@ __device__ __forceinline__ uint32_t q6_tile_d(const uint8_t* __restrict__ tp, in
 // 4h .. 4h + 3, c[5], c[6] qh chunks 8 + 2h, 9 + 2h, c[7].x its d; terms at the half's first
 // element (words), units at its first 32 values. Sub-blocks 8h + j in order, j = 2r + p: quarter
 // r, l-words 4p .. 4p + 3.
-template <int NX = 3>
+template <int NX>
 __device__ __forceinline__ float q6_half(const uint4 (&c)[kChunks], int h, const uint32_t* __restrict__ t0,
                                          const uint32_t* __restrict__ t1, const uint32_t* __restrict__ t2,
                                          const float* __restrict__ unit, float y) {

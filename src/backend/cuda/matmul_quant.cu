@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/dequant_tiles.h"
 #include "backend/cuda/matmul_quant_gemv.cuh"
 #include "backend/cuda/moe_mma.h"
 
@@ -366,7 +367,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   launch_split_bf16(ctx.stream, terms, x.f32(), T * K, x_terms);
   // (any row count: a T32 group cut by a tile's edge is copied by both launches, each decoding its
   // rows, so the tiles and their GEMMs are the row-major matrix's, and so are the bits)
-  const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(N, int64_t(kDequantTileBytes / size_t(K * 2))));
+  const int64_t tile_rows = dequant_tiles::tile_rows(N, K, kDequantTileBytes);
   const size_t tile_elems = size_t(tile_rows * K);
   auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
   __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;

@@ -112,17 +112,47 @@ __global__ void gemv_scalar_kernel(float* __restrict__ out,      // [T, N]
   }
 }
 
-// terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms: [n_terms, n].
-__global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float* __restrict__ x, int64_t n,
-                                  int n_terms) {
+// terms[j][i] = bf16(x[i] - sum of the earlier terms), j < n_terms; terms: [n_terms, n]. A thread
+// takes 4 consecutive values a step (one 16-byte load, one 8-byte store a term) when x, the terms
+// and n allow (vec), else one: the same value arithmetic either way. Scalar 4-byte loads and 2-byte
+// stores ran the split at about a third of the copy bandwidth (15 us for 512 x 4096 on an H100; 5%
+// of the 9B Q4_K_M's 8192-token prefill, bench/results/pp-trace-h100-2026-12-07.txt).
+template <int NT>
+__device__ __forceinline__ void split_bf16_value(float rest, __nv_bfloat16 (&t)[NT]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    t[j] = __float2bfloat16_rn(rest);
+    rest -= __bfloat162float(t[j]);
+  }
+}
+template <int NT>
+__global__ void split_bf16_kernel(__nv_bfloat16* __restrict__ terms, const float* __restrict__ x, int64_t n, bool vec) {
   pdl_begin();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float rest = x[i];
-    for (int j = 0; j < n_terms; ++j) {
-      const __nv_bfloat16 t = __float2bfloat16_rn(rest);
-      terms[j * n + i] = t;
-      rest -= __bfloat162float(t);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (vec) {
+    for (; 4 * i < n; i += stride) {
+      const float4 v = reinterpret_cast<const float4*>(x)[i];
+      const float f[4] = {v.x, v.y, v.z, v.w};
+      __nv_bfloat16 t[4][NT];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) split_bf16_value<NT>(f[e], t[e]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const __nv_bfloat162 lo = {t[0][j], t[1][j]}, hi = {t[2][j], t[3][j]};
+        uint2 w;
+        w.x = *reinterpret_cast<const uint32_t*>(&lo);
+        w.y = *reinterpret_cast<const uint32_t*>(&hi);
+        reinterpret_cast<uint2*>(terms + j * n)[i] = w;
+      }
     }
+    return;
+  }
+  for (; i < n; i += stride) {
+    __nv_bfloat16 t[NT];
+    split_bf16_value<NT>(x[i], t);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) terms[j * n + i] = t[j];
   }
 }
 
@@ -258,8 +288,11 @@ void launch_sum_terms(cudaStream_t stream, float* out, const float* p, int64_t n
 }
 
 void launch_split_bf16(cudaStream_t stream, __nv_bfloat16* terms, const float* x, int64_t n, int n_terms) {
-  launch(split_bf16_kernel, unsigned(std::min<int64_t>(ceil_div(n, 256), 65535 * 4)), 256, 0, stream, terms, x, n,
-         n_terms);
+  KCHECK_MSG(n_terms >= 1 && n_terms <= 3, "split_bf16: ", n_terms, " terms (expected 1 to 3)");
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(terms);
+  const unsigned grid = unsigned(std::min<int64_t>(ceil_div(vec ? n / 4 : n, 256), 65535 * 4));
+  auto kernel = n_terms == 1 ? split_bf16_kernel<1> : n_terms == 2 ? split_bf16_kernel<2> : split_bf16_kernel<3>;
+  launch(kernel, grid, 256, 0, stream, terms, x, n, vec);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -8,9 +8,9 @@
 #   usage: scripts/trace-kernel-sum.py TRACE.csv [--from TEXT] [--top N]
 import argparse
 import collections
-import csv
-import gzip
 import sys
+
+import ktrace_csv
 
 ap = argparse.ArgumentParser(description="Device time per kernel name over a whole ktrace CSV.")
 ap.add_argument("trace", help="the CSV (or .csv.gz) that KTRACE_OUT named")
@@ -18,15 +18,7 @@ ap.add_argument("--from", dest="start", default="", help="begin at the first ker
 ap.add_argument("--top", type=int, default=30, help="rows of the summary (default 30)")
 args = ap.parse_args()
 
-try:
-    opener = gzip.open if args.trace.endswith(".gz") else open
-    with opener(args.trace, "rt", newline="") as f:
-        rows = list(csv.DictReader(f))
-except OSError as e:
-    sys.exit(f"{args.trace}: {e.strerror}")
-need = {"start_ns", "end_ns", "name"}
-if not rows or not need <= set(rows[0]):
-    sys.exit(f"{args.trace}: expected a ktrace CSV with columns {sorted(need)}")
+rows = ktrace_csv.load(args.trace, {"start_ns", "end_ns", "name"})
 kernels = sorted((int(r["start_ns"]), int(r["end_ns"]), r["name"]) for r in rows)
 if args.start:
     first = next((i for i, k in enumerate(kernels) if args.start in k[2]), None)

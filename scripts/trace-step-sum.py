@@ -14,10 +14,10 @@
 #   usage: scripts/trace-step-sum.py TRACE.csv [--steps N] [--list] [--top N]
 import argparse
 import collections
-import csv
-import gzip
 import statistics
 import sys
+
+import ktrace_csv
 
 ap = argparse.ArgumentParser(description="Where a replayed decode step's time goes, from a ktrace CSV.")
 ap.add_argument("trace", help="the CSV (or .csv.gz) that KTRACE_OUT named")
@@ -26,15 +26,7 @@ ap.add_argument("--list", action="store_true", help="also list the last step ker
 ap.add_argument("--top", type=int, default=40, help="rows of the summary (default 40)")
 args = ap.parse_args()
 
-try:
-    opener = gzip.open if args.trace.endswith(".gz") else open
-    with opener(args.trace, "rt", newline="") as f:
-        rows = list(csv.DictReader(f))
-except OSError as e:
-    sys.exit(f"{args.trace}: {e.strerror}")
-need = {"start_ns", "end_ns", "graph_id", "blocks", "name"}
-if not rows or not need <= set(rows[0]):
-    sys.exit(f"{args.trace}: expected a ktrace CSV with columns {sorted(need)}")
+rows = ktrace_csv.load(args.trace, {"start_ns", "end_ns", "graph_id", "blocks", "name"})
 
 kernels = sorted(
     (int(r["start_ns"]), int(r["end_ns"]), r["name"], int(r["blocks"]), int(r["threads"]), int(r["graph_id"]),

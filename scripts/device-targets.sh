@@ -89,7 +89,8 @@ for w in $which; do
       done ;;
     patch-ab)  # PATCH=FILE (a diff of the tree): the q4_k_m GGUF's decode at batch 1 to 64 built without the
       # patch and with it, on one machine; the tree is restored after (the build is then stale, and the
-      # next target's build makes it whole again)
+      # next target's build makes it whole again). PATCH_BENCH="..." replaces the bench's options (e.g.
+      # "-p 8192 -n 0 -b 1 -r 2" for the prefill)
       [ -f "${PATCH:-}" ] || { echo "patch-ab: PATCH=FILE names no file ('${PATCH:-}')"; exit 2; }
       apply() { git apply "$@" "$PATCH" 2>/dev/null || patch -s -p1 "$@" <"$PATCH"; }
       for v in main patched; do
@@ -98,7 +99,8 @@ for w in $which; do
           cmake --build build -j16 --target kestrel >"$out/build-patched.log" 2>&1 ||
             { grep -B2 -A12 -m3 error "$out/build-patched.log"; apply -R; exit 1; }
         fi
-        bash scripts/device-bench-gguf.sh "$out/patch-$v" Qwen3.5-9B qwen35-9b q4_k_m -p 0 -n 64 -b 1,8,32,64 -r 2 2>&1 |
+        bash scripts/device-bench-gguf.sh "$out/patch-$v" Qwen3.5-9B qwen35-9b q4_k_m \
+          ${PATCH_BENCH:--p 0 -n 64 -b 1,8,32,64 -r 2} 2>&1 |
           sed "s/^==/== $v/" | show
       done
       apply -R ;;
@@ -110,7 +112,8 @@ for w in $which; do
       for mc in qwen35-9b-q4_k_m.gguf:512 qwen35-9b-q4_k_m.gguf:2048 qwen35-9b:512; do
         m=${mc%:*} c=${mc#*:}
         echo "== kestrel bench -m $m --device cuda -p 8192 -n 0 -r 1 --chunk $c --matmul-precision ${PRECISION:-bf16x3} (ktrace)"
-        KTRACE_OUT="$out/pp-trace/$m-$c.csv" LD_PRELOAD=build/libkestrel_ktrace.so build/kestrel bench -m "$MODELS/$m" \
+        KTRACE_OUT="$out/pp-trace/$m-$c.csv" LD_PRELOAD=build/libkestrel_ktrace.so \
+          build/kestrel bench -m "$MODELS/$m" \
           --device cuda -p 8192 -n 0 -r 1 --chunk "$c" --matmul-precision "${PRECISION:-bf16x3}" 2>&1 | show
         python3 scripts/trace-kernel-sum.py "$out/pp-trace/$m-$c.csv" --top "${TOP:-22}"
       done ;;

@@ -108,6 +108,7 @@ for w in $which; do
       # scripts/trace-kernel-sum.py): the q4_k_m GGUF at chunks of 512 and 2048 and the bf16 checkpoint at 512,
       # at PRECISION (default bf16x3); needs TARGETS="kestrel kestrel_ktrace"
       [ -f build/libkestrel_ktrace.so ] || { echo "pp-trace: build/libkestrel_ktrace.so not built (TARGETS)"; exit 2; }
+      # (a short bench first, which writes the checkpoint and converts the GGUF where they are missing)
       bash scripts/device-bench-gguf.sh "$out/pp-trace" Qwen3.5-9B qwen35-9b q4_k_m -p 512 -n 0 -b 1 -r 1 2>&1 | show
       for mc in qwen35-9b-q4_k_m.gguf:512 qwen35-9b-q4_k_m.gguf:2048 qwen35-9b:512; do
         m=${mc%:*} c=${mc#*:}

@@ -9,11 +9,15 @@
 
 namespace kestrel::dequant_tiles {
 
+// The dequantized weight tile: at most this many bytes of BF16 rows per term (hi, and lo when the
+// weight is split; memory_plan.cc reserves both).
+constexpr size_t kTermBytes = size_t(64) << 20;
+
 // Rows of a tile are a multiple of this when the scratch holds that many: cuBLAS picks its Hopper
 // kernels only for an output whose column offset keeps 16-byte alignment, and its tiles are 64 to
 // 256 rows. A tile of 2730 rows (64 MiB of BF16 rows of 12288) put the next tile's output 10920
-// bytes in and got an Ampere kernel for 4-byte alignment: 252 TFLOP/s on an H100, against the
-// 600 or more of the other tiles' GEMMs (the 9B Q4_K_M's down projections, 24% of an 8192-token
+// bytes in and got an Ampere kernel for 4-byte alignment: 252 TFLOP/s on an H100, against ~500
+// for the other projections' GEMMs (the 9B Q4_K_M's down projections, 24% of an 8192-token
 // prefill at the default precision, bench/results/pp-trace-h100-2026-12-07.txt).
 constexpr int64_t kRowAlign = 128;
 

@@ -246,10 +246,6 @@ void launch_gemv_quant(cudaStream_t stream, const MultiTargets& mt, int64_t bloc
   else (two ? launch_gemv_quant_q4_two : launch_gemv_quant_q4)(stream, mt, blocks, x, T, K);
 }
 
-// The dequantized weight tile of the prefill path: at most this many bytes of BF16 rows per
-// term (hi, and lo when the weight is split; memory_plan.cc reserves both).
-constexpr size_t kDequantTileBytes = size_t(64) << 20;
-
 // The most rows a block-format matmul runs on the tensor-core kernel (moe_mma.cu) rather than on
 // dequantized tiles and cuBLAS: kQuantMmaMaxRows, or KESTREL_CUDA_QUANT_MMA_ROWS from the
 // environment (0: never). On an H100 (2026-12-05, QuantGpuTest.BenchQuantGemv's qmatmul_rows_*
@@ -367,7 +363,7 @@ void matmul_quant(const Context& ctx, const Tensor& out, const Tensor& x, const 
   launch_split_bf16(ctx.stream, terms, x.f32(), T * K, x_terms);
   // (any row count: a T32 group cut by a tile's edge is copied by both launches, each decoding its
   // rows, so the tiles and their GEMMs are the row-major matrix's, and so are the bits)
-  const int64_t tile_rows = dequant_tiles::tile_rows(N, K, kDequantTileBytes);
+  const int64_t tile_rows = dequant_tiles::tile_rows(N, K, dequant_tiles::kTermBytes);
   const size_t tile_elems = size_t(tile_rows * K);
   auto* hi = static_cast<__nv_bfloat16*>(ctx.scratch->get(kSlotMatmulPartial, tile_elems * 2 * (split_w ? 2 : 1)));
   __nv_bfloat16* lo = split_w ? hi + tile_elems : nullptr;

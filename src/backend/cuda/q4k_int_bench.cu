@@ -33,7 +33,7 @@ __global__ void split_kernel(XTerms xt, const float* __restrict__ x, int64_t ele
   const int64_t k = base + 4 * lane, w = k / 4;
   const float4 v = *reinterpret_cast<const float4*>(x + k);
   split_quad<3>(v, lane, xt.terms + w, xt.terms + elems / 4 + w, xt.terms + elems / 2 + w, xt.unit + k / 32,
-             xt.sum + k / 32);
+                xt.sum + k / 32);
 }
 
 // A lane's super-block: its chunks kGroup apart in the tile layout (streamed past L1), or

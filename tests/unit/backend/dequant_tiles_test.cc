@@ -13,7 +13,7 @@
 namespace kestrel {
 namespace {
 
-constexpr size_t kTile = size_t(64) << 20;  // matmul_quant.cu's kDequantTileBytes
+constexpr size_t kTile = dequant_tiles::kTermBytes;
 
 TEST(DequantTiles, ReleasedShapes) {
   // The 9B's down projection (12288-wide rows): 2730 rows fit, so two tiles of 2048, not 2730 + 1366.
